@@ -1,0 +1,1 @@
+"""Driver backends: golden, rtl, hls, mmap, direct."""

@@ -1,0 +1,1 @@
+"""Graph generation and import into storage images."""

@@ -1,0 +1,63 @@
+"""Sessions: ``nox -s tests`` (the README's test command), ``lint``, ``demo`` (the main job), ``cosim``, ``bench``.
+
+Every session installs the project with its extras into its own virtual environment, so a fresh machine
+needs only Python 3.11 and nox. ``torch==2.13.0`` is pinned in pyproject.toml: it installs the CPU wheel that
+lies on the project's machines (see ../shared/TOOLCHAIN.md).
+"""
+
+from __future__ import annotations
+
+import os
+
+import nox
+
+nox.options.sessions = ["lint", "tests"]
+nox.options.default_venv_backend = "venv"
+PYTHON = "3.11"
+
+
+def _install(session: nox.Session, extras: str = "dev") -> None:
+    session.install("-e", f".[{extras}]")
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """The test suite on 2 cores (CI's selection: everything but @slow). Extra args go to pytest."""
+    _install(session)
+    workers = os.environ.get("SMARTSAGE_TEST_WORKERS", "2")
+    args = session.posargs or ["-m", "not slow"]
+    session.run("python", "-m", "pytest", "-n", workers, "--durations=15", *args)
+
+
+@nox.session(python=PYTHON)
+def slow(session: nox.Session) -> None:
+    """The long randomized runs (@slow): bigger graphs, millions of adder operand pairs."""
+    _install(session)
+    session.run("python", "-m", "pytest", "-n", "2", "-m", "slow", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    session.install("ruff>=0.5")
+    session.run("ruff", "check", ".")
+
+
+@nox.session(python=PYTHON)
+def demo(session: nox.Session) -> None:
+    """The main job on the embedded default graph (see README)."""
+    _install(session)
+    session.run("smartsage", "demo", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def cosim(session: nox.Session) -> None:
+    """Only the RTL co-simulation tests (cocotb on Verilator)."""
+    _install(session)
+    session.run("python", "-m", "pytest", "-n", "2", "-m", "sim", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """Benchmarks whose figures go into docs/performance*.md (see `smartsage bench --help`)."""
+    _install(session)
+    session.run("smartsage", "bench", *session.posargs)

@@ -17,6 +17,8 @@ from smartsage.spec.image import ImageFormatError
 COMMAND_MODULES = (
     "smartsage.host.cli_graph",
     "smartsage.host.cli_sample",
+    "smartsage.host.cli_train",
+    "smartsage.host.cli_demo",
 )
 
 #: Exceptions that are the user's input at fault: printed as one line, exit status 2.

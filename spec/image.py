@@ -37,6 +37,8 @@ __all__ = [
     "FeatureDtype", "IndexDtype", "SectionKind", "Split",
     "Section", "ImageHeader", "GraphImage", "ImageFormatError",
     "verify_image", "crc32_of", "format_table_markdown", "write_image", "layout_sections",
+    "float32_to_bf16_bits", "bf16_bits_to_float32", "encode_features", "decode_features",
+    "INT8_FEATURE_SCALE",
 ]
 
 MAGIC = b"SSAGEIMG"
@@ -175,6 +177,7 @@ NUM_SECTIONS = len(SectionKind)
 FLAG_SYMMETRIZED = 1 << 0
 FLAG_NO_SELF_LOOPS = 1 << 1
 FLAG_NO_DUPLICATES = 1 << 2
+FLAGS_KNOWN = FLAG_SYMMETRIZED | FLAG_NO_SELF_LOOPS | FLAG_NO_DUPLICATES
 
 
 def align_up(value: int, alignment: int = PAGE_SIZE) -> int:
@@ -189,6 +192,74 @@ def crc32_of(buffer, start: int = 0, length: int | None = None) -> int:
     for pos in range(start, end, CHUNK_BYTES):
         crc = zlib.crc32(view[pos:min(pos + CHUNK_BYTES, end)], crc)
     return crc
+
+
+#: int8 features: ``q = clip(round(x * INT8_FEATURE_SCALE), -127, 127)`` for generated graphs
+#: (features of unit variance span about +-4 sigma). Imported int8 features keep their own scale.
+INT8_FEATURE_SCALE = 32.0
+
+
+def float32_to_bf16_bits(values: np.ndarray) -> np.ndarray:
+    """bfloat16 bit patterns (``uint16``) of ``values``, rounded to nearest even.
+
+    The top 16 bits of the binary32 word after adding ``0x7FFF + lsb`` (lsb = bit 16), the rounding
+    every bf16 unit implements; NaNs stay NaN (quiet bit forced), infinities stay infinite, and a
+    finite value past the bf16 range rounds to infinity as IEEE-754 says.
+    """
+    words = np.ascontiguousarray(values, dtype="<f4").view("<u4")
+    nan = (words & 0x7FFFFFFF) > 0x7F800000
+    rounded = words + (np.uint32(0x7FFF) + ((words >> 16) & 1))
+    bits = (rounded >> 16).astype("<u2")
+    if nan.any():
+        bits[nan] = ((words[nan] >> 16) | 0x0040).astype("<u2")
+    return bits
+
+
+def bf16_bits_to_float32(bits: np.ndarray) -> np.ndarray:
+    """binary32 values of bfloat16 bit patterns (exact)."""
+    return (np.asarray(bits, dtype="<u2").astype("<u4") << 16).view("<f4")
+
+
+def encode_features(rows: np.ndarray, dtype: FeatureDtype | str,
+                    int8_scale: float | None = None) -> np.ndarray:
+    """Feature rows in the storage representation of ``dtype`` (what the features section holds).
+
+    Rows already in the storage dtype pass through unchanged (bf16: ``uint16`` bit patterns). Floats
+    are converted: fp32/fp16 by IEEE-754 rounding, bf16 by :func:`float32_to_bf16_bits`, int8 as
+    ``clip(round(x * int8_scale), -127, 127)`` (``int8_scale`` is required for float input).
+    Integer input for int8 must already lie in [-128, 127].
+    """
+    dtype = FeatureDtype.parse(dtype)
+    rows = np.asarray(rows)
+    storage = dtype.numpy_storage
+    if rows.dtype == storage:
+        return rows
+    if dtype is FeatureDtype.BF16:
+        if rows.dtype.kind not in "fiub":
+            raise ValueError(f"Cannot store {rows.dtype} features as bf16")
+        return float32_to_bf16_bits(rows.astype("<f4", copy=False))
+    if dtype is FeatureDtype.INT8:
+        if rows.dtype.kind in "iub":
+            if rows.size and (int(rows.min()) < -128 or int(rows.max()) > 127):
+                raise ValueError("Integer features do not fit int8 (values outside [-128, 127])")
+            return rows.astype("i1")
+        if rows.dtype.kind != "f":
+            raise ValueError(f"Cannot store {rows.dtype} features as int8")
+        if int8_scale is None:
+            raise ValueError("Float features stored as int8 need a quantization scale (int8_scale)")
+        scaled = np.rint(rows.astype("<f4", copy=False) * np.float32(int8_scale))
+        return np.clip(scaled, -127, 127).astype("i1")
+    if rows.dtype.kind not in "fiub":
+        raise ValueError(f"Cannot store {rows.dtype} features as {dtype.cli_name}")
+    return rows.astype(storage)
+
+
+def decode_features(rows: np.ndarray, dtype: FeatureDtype | str) -> np.ndarray:
+    """Storage rows as float32 (bf16 exactly; int8 as the integer values, unscaled)."""
+    dtype = FeatureDtype.parse(dtype)
+    if dtype is FeatureDtype.BF16:
+        return bf16_bits_to_float32(rows)
+    return np.asarray(rows).astype("<f4")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -286,6 +357,9 @@ class ImageHeader:
             index_dtype = IndexDtype(fields["index_dtype"])
         except ValueError:
             raise ImageFormatError("header", f"unknown index dtype code {fields['index_dtype']}") from None
+        if fields["flags"] & ~FLAGS_KNOWN:
+            raise ImageFormatError(
+                "header", f"unknown flag bits {fields['flags'] & ~FLAGS_KNOWN:#x} in flags {fields['flags']:#x}")
         if fields["num_sections"] != NUM_SECTIONS or fields["section_table_offset"] != SECTION_TABLE_OFFSET:
             raise ImageFormatError(
                 "header", f"section table of {fields['num_sections']} entries at "
@@ -528,11 +602,14 @@ def check_section_table(header: ImageHeader, file_size: int) -> None:
             raise ImageFormatError(
                 section.name, f"truncated: ends at byte {section.offset + section.length}, "
                               f"the file has {file_size}")
-        spans.append((section.offset, section.offset + section.length, section.name))
-    spans.sort()
-    for (_, end_a, name_a), (start_b, _, name_b) in zip(spans, spans[1:], strict=False):
-        if start_b < end_a:
-            raise ImageFormatError(name_b, f"overlaps section {name_a!r}")
+        spans.append((section.offset, int(section.kind), section.offset + section.length, section.name))
+    spans.sort()  # by start, ties in table order
+    reach, reach_name = 0, ""  # the furthest end so far, and whose it is
+    for start, _, end, name in spans:
+        if end > start and start < reach:
+            raise ImageFormatError(name, f"overlaps section {reach_name!r}")
+        if end > reach:
+            reach, reach_name = end, name
     if header.index_dtype is IndexDtype.U32 and header.num_nodes > 1 << 32:
         raise ImageFormatError("indices", f"u32 indices cannot address {header.num_nodes} nodes")
 
@@ -545,9 +622,11 @@ def _chunks(length: int, chunk: int) -> Iterator[tuple[int, int]]:
 def verify_image(path_or_image: str | os.PathLike | GraphImage, progress=None) -> dict:
     """Check every invariant of an image, streaming (bounded memory, images larger than RAM).
 
-    Checks: header (magic, version, checksum, dtype codes), section bounds and alignment, every
-    section's CRC-32, indptr starting at 0, monotone and ending at the edge count, indices below the
-    node count, labels in [-1, num_classes), split codes in 0..3 and their counts against the header.
+    Checks: header (magic, version, checksum, dtype codes, flags), section bounds and alignment,
+    indptr starting at 0, monotone and ending at the edge count, indices below the node count,
+    labels in [-1, num_classes), split codes in 0..3 and their counts against the header, and every
+    section's CRC-32. Each section is read once, in CHUNK_BYTES pieces; its structural checks come
+    before its checksum, so a fault is named as precisely as possible.
 
     Returns the image summary on success; raises :class:`ImageFormatError` naming the first fault.
     ``progress`` is an optional callable ``(bytes_done, bytes_total)``.
@@ -557,68 +636,83 @@ def verify_image(path_or_image: str | os.PathLike | GraphImage, progress=None) -
         h = image.header
         total = sum(s.length for s in h.sections)
         done = 0
+        if progress is not None:
+            progress(0, total)
+        split_counts = np.zeros(4, np.int64)
 
-        def tick(nbytes: int) -> None:
-            nonlocal done
-            done += nbytes
-            if progress is not None:
-                progress(done, total)
+        def check_indptr(chunk: np.ndarray, first: int, previous: int | None) -> None:
+            if first == 0 and chunk.size and chunk[0] != 0:
+                raise ImageFormatError("indptr", f"starts at {int(chunk[0])}, not 0")
+            if previous is not None and chunk.size and chunk[0] < previous:
+                raise ImageFormatError("indptr", f"not monotone at node {first - 1} "
+                                                 f"({previous} > {int(chunk[0])})")
+            bad = np.flatnonzero(chunk[1:] < chunk[:-1])
+            if bad.size:
+                node = first + int(bad[0])
+                raise ImageFormatError(
+                    "indptr", f"not monotone at node {node} ({int(chunk[bad[0]])} > {int(chunk[bad[0] + 1])})")
 
+        def check_indices(chunk: np.ndarray, first: int) -> None:
+            if chunk.size and int(chunk.max()) >= h.num_nodes:
+                pos = int(np.argmax(chunk >= h.num_nodes))
+                raise ImageFormatError(
+                    "indices", f"entry {first + pos} is node {int(chunk[pos])}, out of range for "
+                               f"{h.num_nodes} nodes")
+
+        def check_labels(chunk: np.ndarray, first: int) -> None:
+            bad = np.flatnonzero((chunk < -1) | ((chunk >= h.num_classes) & (chunk != -1)))
+            if bad.size:
+                raise ImageFormatError(
+                    "labels", f"node {first + int(bad[0])} has label {int(chunk[bad[0]])}, outside "
+                              f"[-1, {h.num_classes})")
+
+        def check_split(chunk: np.ndarray, first: int) -> None:
+            bad = np.flatnonzero(chunk > 3)
+            if bad.size:
+                raise ImageFormatError(
+                    "split", f"node {first + int(bad[0])} has split code {int(chunk[bad[0]])}, not 0..3")
+            split_counts[:] += np.bincount(chunk, minlength=4)[:4]
+
+        element = {
+            SectionKind.INDPTR: np.dtype("<u8"),
+            SectionKind.FEATURES: np.dtype("u1"),
+            SectionKind.LABELS: np.dtype("<i4"),
+            SectionKind.SPLIT: np.dtype("u1"),
+            SectionKind.INDICES: h.index_dtype.numpy_dtype,
+        }
         for section in h.sections:
+            itemsize = element[section.kind].itemsize
+            step = max(CHUNK_BYTES // itemsize, 1) * itemsize
             crc = 0
-            for start, end in _chunks(section.length, CHUNK_BYTES):
-                crc = zlib.crc32(image.buffer[section.offset + start:section.offset + end], crc)
+            previous = None
+            for start, end in _chunks(section.length, step):
+                raw = image.buffer[section.offset + start:section.offset + end]
+                crc = zlib.crc32(raw, crc)
+                first = start // itemsize
+                if section.kind is SectionKind.INDPTR:
+                    chunk = np.frombuffer(raw, element[section.kind])
+                    check_indptr(chunk, first, previous)
+                    previous = int(chunk[-1]) if chunk.size else previous
+                elif section.kind is SectionKind.INDICES:
+                    check_indices(np.frombuffer(raw, element[section.kind]), first)
+                elif section.kind is SectionKind.LABELS:
+                    check_labels(np.frombuffer(raw, element[section.kind]), first)
+                elif section.kind is SectionKind.SPLIT:
+                    check_split(np.frombuffer(raw, element[section.kind]), first)
+                del raw
+                done += end - start
+                if progress is not None:
+                    progress(done, total)
+            if section.kind is SectionKind.INDPTR and previous != h.num_edges:
+                raise ImageFormatError("indptr", f"ends at {previous}, the header has {h.num_edges} edges")
             if crc != section.crc32:
                 raise ImageFormatError(section.name, f"checksum mismatch (stored {section.crc32:#010x}, "
                                                      f"computed {crc:#010x})")
-        # indptr: starts at 0, monotone, ends at E
-        indptr = image.indptr
-        if indptr[0] != 0:
-            raise ImageFormatError("indptr", f"starts at {int(indptr[0])}, not 0")
-        step = CHUNK_BYTES // 8
-        for start, end in _chunks(h.num_nodes + 1, step):
-            lo = max(start - 1, 0)
-            chunk = indptr[lo:end]
-            bad = np.flatnonzero(chunk[1:] < chunk[:-1])
-            if bad.size:
-                node = lo + int(bad[0])
-                raise ImageFormatError(
-                    "indptr", f"not monotone at node {node} ({int(indptr[node])} > {int(indptr[node + 1])})")
-            tick((end - start) * 8)
-        if int(indptr[-1]) != h.num_edges:
-            raise ImageFormatError("indptr", f"ends at {int(indptr[-1])}, the header has {h.num_edges} edges")
-        indices = image.indices
-        step = CHUNK_BYTES // h.index_dtype.itemsize
-        for start, end in _chunks(h.num_edges, step):
-            chunk = indices[start:end]
-            if chunk.size and int(chunk.max()) >= h.num_nodes:
-                pos = start + int(np.argmax(chunk >= h.num_nodes))
-                raise ImageFormatError(
-                    "indices", f"entry {pos} is node {int(indices[pos])}, out of range for {h.num_nodes} nodes")
-            tick((end - start) * h.index_dtype.itemsize)
-        labels = image.labels
-        for start, end in _chunks(h.num_nodes, CHUNK_BYTES // 4):
-            chunk = labels[start:end]
-            bad = np.flatnonzero((chunk < -1) | (chunk >= max(h.num_classes, 0)) & (chunk != -1))
-            if bad.size:
-                node = start + int(bad[0])
-                raise ImageFormatError(
-                    "labels", f"node {node} has label {int(labels[node])}, outside [-1, {h.num_classes})")
-            tick((end - start) * 4)
-        counts = np.zeros(4, np.int64)
-        split = image.split
-        for start, end in _chunks(h.num_nodes, CHUNK_BYTES):
-            chunk = split[start:end]
-            bad = np.flatnonzero(chunk > 3)
-            if bad.size:
-                node = start + int(bad[0])
-                raise ImageFormatError("split", f"node {node} has split code {int(split[node])}, not 0..3")
-            counts += np.bincount(chunk, minlength=4)[:4]
-            tick(end - start)
         stored = (h.num_train, h.num_val, h.num_test)
-        if tuple(int(c) for c in counts[1:]) != stored:
+        counts = tuple(int(c) for c in split_counts[1:])
+        if counts != stored:
             raise ImageFormatError(
-                "split", f"holds {int(counts[1])}/{int(counts[2])}/{int(counts[3])} train/val/test nodes, "
+                "split", f"holds {counts[0]}/{counts[1]}/{counts[2]} train/val/test nodes, "
                          f"the header says {stored[0]}/{stored[1]}/{stored[2]}")
         return image.summary()
     finally:
@@ -631,7 +725,7 @@ def format_table_markdown() -> str:
     lines = [
         "# Storage image format",
         "",
-        "<!-- Generated by `python -m smartsage.spec.image > docs/image-format.md`; "
+        "<!-- Generated by `python -m smartsage.spec.image -o docs/image-format.md`; "
         "tests/test_image_format.py checks it is current. -->",
         "",
         __doc__.split("\n\n", 1)[1].strip().replace("::\n", ":\n\n```text").replace(
@@ -676,7 +770,8 @@ def format_table_markdown() -> str:
         "",
         "## Invariants (checked by `smartsage graph verify`)",
         "",
-        "- header: magic, version, header and page size, header CRC-32, dtype codes, section table order;",
+        "- header: magic, version, header and page size, header CRC-32, dtype codes, no unknown flag bits,",
+        "  section table order;",
         "- every section page-aligned, inside the file, not overlapping another, with the element count and",
         "  byte length that the header's N, E, F and dtypes imply, and its CRC-32;",
         "- indptr[0] = 0, indptr non-decreasing, indptr[N] = E; every index < N;",
@@ -686,18 +781,23 @@ def format_table_markdown() -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":
-    print(format_table_markdown(), end="")
+
+def _raw_bytes(array: np.ndarray) -> memoryview:
+    """The bytes of a C-contiguous array (empty arrays of any shape included), without a copy."""
+    return memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
 
 
 def write_image(path: str | os.PathLike, indptr: np.ndarray, indices: np.ndarray,
                 features: np.ndarray | None = None, feature_dtype: FeatureDtype | str = FeatureDtype.FP32,
-                labels: np.ndarray | None = None, num_classes: int = 0, split: np.ndarray | None = None,
-                flags: int = 0, index_dtype: IndexDtype | None = None) -> ImageHeader:
+                labels: np.ndarray | None = None, num_classes: int | None = None,
+                split: np.ndarray | None = None, flags: int = 0,
+                index_dtype: IndexDtype | None = None) -> ImageHeader:
     """Write an image from in-memory CSR arrays (small graphs, tests).
 
-    For graphs larger than memory use :class:`smartsage.spec.image_writer.ImageWriter`, which streams.
-    ``features`` are given in the storage representation (bf16 as raw ``uint16`` bit patterns).
+    For graphs larger than memory use :class:`smartsage.spec.image_writer.ImageWriter`, which streams
+    and produces the same bytes for the same graph. ``features`` are given in the storage
+    representation (bf16 as raw ``uint16`` bit patterns). ``num_classes`` defaults to the largest
+    label + 1 (0 without labels).
     """
     indptr = np.ascontiguousarray(indptr, dtype="<u8")
     num_nodes = len(indptr) - 1
@@ -713,13 +813,15 @@ def write_image(path: str | os.PathLike, indptr: np.ndarray, indices: np.ndarray
     if features.ndim != 2 or features.shape[0] != num_nodes:
         raise ValueError(f"features must have shape (num_nodes={num_nodes}, F), not {features.shape}")
     labels = np.full(num_nodes, -1, "<i4") if labels is None else np.ascontiguousarray(labels, "<i4")
+    if num_classes is None:
+        num_classes = int(labels.max()) + 1 if labels.size else 0
     split = np.zeros(num_nodes, "u1") if split is None else np.ascontiguousarray(split, "u1")
     layout = layout_sections(num_nodes, num_edges, features.shape[1], feature_dtype, index_dtype)
     data = {SectionKind.INDPTR: indptr, SectionKind.FEATURES: features, SectionKind.LABELS: labels,
             SectionKind.SPLIT: split, SectionKind.INDICES: indices}
     sections = []
     for kind, (offset, length, count) in layout.items():
-        raw = memoryview(data[kind]).cast("B")
+        raw = _raw_bytes(data[kind])
         if len(raw) != length:
             raise ValueError(f"{kind.name.lower()} holds {len(raw)} bytes, expected {length}")
         sections.append(Section(kind, offset, length, count, zlib.crc32(raw)))
@@ -728,8 +830,30 @@ def write_image(path: str | os.PathLike, indptr: np.ndarray, indices: np.ndarray
                          flags, int(counts[1]), int(counts[2]), int(counts[3]), tuple(sections))
     with open(path, "wb") as f:
         f.write(header.pack())
-        for kind, (offset, length, _) in layout.items():
+        for kind, (offset, _, _) in layout.items():
             f.seek(offset)
-            f.write(memoryview(data[kind]).cast("B"))
+            f.write(_raw_bytes(data[kind]))
         f.truncate(header.file_size)
     return header
+
+
+def _main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m smartsage.spec.image",
+        description="Print docs/image-format.md, generated from this module's definitions.")
+    parser.add_argument("-o", "--output", help="write the file instead of printing it "
+                                               "(e.g. docs/image-format.md)")
+    args = parser.parse_args(argv)
+    text = format_table_markdown()
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())

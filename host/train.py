@@ -1,0 +1,281 @@
+"""GraphSAGE training on what the device (or a baseline) returns.
+
+Every mini-batch is one command: the sampler returns, for the innermost layer, each D_1 node's own
+features, the sum of its sampled neighbors' features and their count (exact near-storage
+aggregation), and the node list and counts from which the host builds the outer blocks. The same seed
+gives the same batches on every backend (the counter-based RNG), so the same losses.
+
+Batch seeds: the targets of epoch e are a permutation of the train nodes drawn by
+``numpy.random.default_rng([seed, e])``; batch b of epoch e is sampled with the command seed
+``(seed * 0x9E3779B97F4A7C15 + e * 0x100000001B3 + b) mod 2^64``. Evaluation batches use epoch
+index ``EVAL_EPOCH``, so validation and test samples are the same in every epoch and run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from smartsage.spec.config import CONFIGS, KernelConfig
+from smartsage.spec.image import GraphImage, Split
+
+from .backends.software import IOCounters
+from .blocks import to_blocks
+from .driver import DeviceBatch
+from .model import GraphSAGE, features_to_tensor
+
+__all__ = ["TrainConfig", "Trainer", "open_sampler", "batch_seed", "SAMPLER_BACKENDS"]
+
+EVAL_EPOCH = 0xFFFF_FFFF
+U64 = (1 << 64) - 1
+
+
+def batch_seed(seed: int, epoch: int, batch: int) -> int:
+    """The command seed of batch ``batch`` of epoch ``epoch`` (see the module docstring)."""
+    return (seed * 0x9E3779B97F4A7C15 + epoch * 0x100000001B3 + batch) & U64
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    epochs: int = 5
+    batch_size: int = 256
+    fanouts: tuple[int, ...] = (10, 5)
+    hidden: int = 64
+    lr: float = 0.01
+    weight_decay: float = 5e-4
+    dropout: float = 0.2
+    seed: int = 0
+    eval_batch_size: int = 1024
+    max_eval_nodes: int | None = 4096   # evaluate on at most this many val/test nodes (None: all)
+
+    def __post_init__(self):
+        self.fanouts = tuple(int(k) for k in self.fanouts)
+        if self.epochs < 0:
+            raise ValueError(f"Epochs must be a non-negative integer, not {self.epochs!r}")
+        if self.batch_size < 1:
+            raise ValueError(f"Batch size must be a positive integer, not {self.batch_size!r}")
+        if not self.fanouts or any(k < 1 for k in self.fanouts):
+            raise ValueError(f"Fanouts must be positive integers, not {self.fanouts!r}")
+        if self.hidden < 1:
+            raise ValueError(f"Hidden width must be a positive integer, not {self.hidden!r}")
+        if not self.lr > 0:
+            raise ValueError(f"Learning rate must be positive, not {self.lr!r}")
+
+
+class _DeviceSampler:
+    """A device backend (golden, hls, rtl) behind the driver, with the common I/O report."""
+
+    def __init__(self, backend, image_path, config: KernelConfig):
+        from .device import Device
+        from .driver import SamplerDriver
+
+        self.name = backend.name
+        self.device = Device(backend, image_path, config)
+        self.driver = SamplerDriver(self.device)
+        self.image = self.device.image
+        self.io = IOCounters()
+
+    def sample(self, targets, fanouts, seed, aggregate=True) -> DeviceBatch:
+        before = self.device.link.bytes_to_host
+        batch = self.driver.sample(targets, fanouts, seed, aggregate=aggregate)
+        self.io.storage_bytes += int(batch.header.storage_bytes)
+        self.io.bytes_to_host += self.device.link.bytes_to_host - before
+        return batch
+
+    def close(self):
+        self.device.close()
+
+
+def _golden(image_path, config):
+    from .backends.golden import GoldenBackend
+    return _DeviceSampler(GoldenBackend(), image_path, config)
+
+
+def _hls(image_path, config):
+    from .backends.hls import HlsBackend
+    return _DeviceSampler(HlsBackend(), image_path, config)
+
+
+def _rtl(image_path, config):
+    from .backends.rtl import RtlBackend
+    return _DeviceSampler(RtlBackend(), image_path, config)
+
+
+def _mmap(image_path, config):
+    from .backends.software import MmapSampler
+    return MmapSampler(image_path, config)
+
+
+def _direct(image_path, config):
+    from .backends.software import DirectSampler
+    return DirectSampler(image_path, config)
+
+
+#: Backend name -> factory(image_path, config) of an object with ``sample``, ``io``, ``image``, ``close``.
+SAMPLER_BACKENDS: dict[str, Callable] = {
+    "golden": _golden, "mmap": _mmap, "direct": _direct, "hls": _hls, "rtl": _rtl,
+}
+
+
+def open_sampler(backend: str, image_path, config: KernelConfig = CONFIGS["default"]):
+    try:
+        factory = SAMPLER_BACKENDS[backend]
+    except KeyError:
+        raise ValueError(f"Unknown backend {backend!r}; known: {', '.join(SAMPLER_BACKENDS)}") from None
+    return factory(image_path, config)
+
+
+class Trainer:
+    """Trains a :class:`GraphSAGE` on an image's train split through a sampler backend.
+
+    Parameters
+    ----------
+    sampler:
+        From :func:`open_sampler`.
+    config:
+        The training hyper-parameters.
+    progress:
+        Optional callable ``(done, total, description)`` for a progress bar.
+    """
+
+    def __init__(self, sampler, config: TrainConfig, progress: Callable | None = None):
+        self.sampler = sampler
+        self.config = config
+        self.progress = progress
+        image: GraphImage = sampler.image
+        if image.feature_dim == 0:
+            raise ValueError(f"{image.path} has no node features: GraphSAGE needs them")
+        if image.num_classes < 2:
+            raise ValueError(f"{image.path} has {image.num_classes} classes: training needs labels of >= 2 classes")
+        self.image = image
+        self.train_nodes = image.split_nodes(Split.TRAIN)
+        self.val_nodes = image.split_nodes(Split.VAL)
+        self.test_nodes = image.split_nodes(Split.TEST)
+        if self.train_nodes.size == 0:
+            raise ValueError(f"{image.path} has no train nodes (split section)")
+        torch.manual_seed(config.seed)
+        self.model = GraphSAGE(image.feature_dim, config.hidden, image.num_classes, len(config.fanouts),
+                               dropout=config.dropout)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        self.epoch = 0
+        self.history: list[dict] = []
+
+    # ---------------------------------------------------------------- one batch
+    def _forward(self, targets: np.ndarray, seed: int) -> tuple[torch.Tensor, DeviceBatch]:
+        fanouts = self.config.fanouts
+        batch = self.sampler.sample(targets, fanouts, seed, aggregate=True)
+        mfg = to_blocks(batch.node_list, batch.counts, len(targets), fanouts, aggregated=True)
+        x_self = features_to_tensor(batch.self_rows, self.image.feature_dtype)
+        sums = torch.from_numpy(np.ascontiguousarray(batch.sums, dtype=np.float32))
+        count = torch.from_numpy(batch.hop_counts(len(fanouts) - 1).astype(np.int64))
+        logits = self.model.forward_aggregated(mfg, x_self, sums, count)
+        return logits, batch
+
+    def _labels(self, nodes: np.ndarray) -> torch.Tensor:
+        labels = np.asarray(self.image.labels[nodes], np.int64)
+        if (labels < 0).any():
+            raise ValueError(f"node {int(nodes[np.argmax(labels < 0)])} of the split has no label")
+        return torch.from_numpy(labels)
+
+    # ---------------------------------------------------------------- epochs
+    def train_epoch(self) -> dict:
+        cfg = self.config
+        epoch = self.epoch
+        order = np.random.default_rng([cfg.seed, epoch]).permutation(self.train_nodes)
+        num_batches = -(-order.size // cfg.batch_size)
+        self.model.train()
+        io_before = dataclasses.replace(self.sampler.io)
+        total_loss, edges, start = 0.0, 0, time.perf_counter()
+        losses = []
+        for b in range(num_batches):
+            targets = order[b * cfg.batch_size:(b + 1) * cfg.batch_size]
+            logits, batch = self._forward(targets, batch_seed(cfg.seed, epoch, b))
+            loss = F.cross_entropy(logits, self._labels(targets))
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+            losses.append(loss.item())
+            total_loss += losses[-1] * targets.size
+            edges += int(batch.header.edges_sampled)
+            if self.progress:
+                self.progress(b + 1, num_batches, f"epoch {epoch} loss {losses[-1]:.4f}")
+        seconds = time.perf_counter() - start
+        io = self.sampler.io
+        record = {
+            "epoch": epoch,
+            "loss": total_loss / order.size,
+            "batch_losses": losses,
+            "seconds": seconds,
+            "targets_per_s": order.size / seconds if seconds else None,
+            "sampled_edges_per_s": edges / seconds if seconds else None,
+            "sampled_edges": edges,
+            "io": {f.name: getattr(io, f.name) - getattr(io_before, f.name) for f in dataclasses.fields(io)},
+        }
+        record["val_acc"] = self.evaluate(self.val_nodes)
+        record["test_acc"] = self.evaluate(self.test_nodes)
+        self.history.append(record)
+        self.epoch += 1
+        return record
+
+    @torch.no_grad()
+    def evaluate(self, nodes: np.ndarray) -> float | None:
+        cfg = self.config
+        if nodes.size == 0:
+            return None
+        if cfg.max_eval_nodes is not None and nodes.size > cfg.max_eval_nodes:
+            nodes = np.random.default_rng([cfg.seed, EVAL_EPOCH]).choice(nodes, cfg.max_eval_nodes, replace=False)
+        self.model.eval()
+        correct = 0
+        for b in range(0, nodes.size, cfg.eval_batch_size):
+            targets = nodes[b:b + cfg.eval_batch_size]
+            logits, _ = self._forward(targets, batch_seed(cfg.seed, EVAL_EPOCH, b // cfg.eval_batch_size))
+            correct += int((logits.argmax(1) == self._labels(targets)).sum())
+        return correct / nodes.size
+
+    # ---------------------------------------------------------------- checkpoints
+    def save_checkpoint(self, path: str | os.PathLike) -> None:
+        path = pathlib.Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                    "epoch": self.epoch, "history": self.history, "torch_rng": torch.get_rng_state(),
+                    "config": dataclasses.asdict(self.config), "image": self.image.path}, tmp)
+        os.replace(tmp, path)  # never a half-written checkpoint
+
+    def load_checkpoint(self, path: str | os.PathLike) -> None:
+        state = torch.load(path, weights_only=False)
+        saved = dict(state["config"])
+        saved["fanouts"] = tuple(saved["fanouts"])
+        mine = dataclasses.asdict(self.config)
+        for key in ("fanouts", "hidden", "seed", "batch_size"):
+            if saved[key] != mine[key]:
+                raise ValueError(f"checkpoint {path} was made with {key}={saved[key]!r}, this run has {mine[key]!r}")
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.epoch = state["epoch"]
+        self.history = state["history"]
+        torch.set_rng_state(state["torch_rng"])  # dropout masks continue as in an uninterrupted run
+
+    def fit(self, checkpoint: str | os.PathLike | None = None, on_epoch: Callable | None = None) -> list[dict]:
+        while self.epoch < self.config.epochs:
+            record = self.train_epoch()
+            if checkpoint is not None:
+                self.save_checkpoint(checkpoint)
+            if on_epoch:
+                on_epoch(record)
+        return self.history
+
+    def results(self) -> dict:
+        return {"config": dataclasses.asdict(self.config), "backend": getattr(self.sampler, "name", "?"),
+                "image": self.image.path, "epochs": self.history}
+
+    def write_results(self, path: str | os.PathLike) -> None:
+        pathlib.Path(path).write_text(json.dumps(self.results(), indent=2))

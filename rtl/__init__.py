@@ -1,1 +1,1 @@
-"""rtl"""
+"""Amaranth gateware of the near-storage kernel, one block per file. Imports only ``smartsage.spec``."""

@@ -41,6 +41,10 @@ def _golden(image, targets, fanouts, seed, aggregate, config):
 #: Backend name -> callable or "module:function" (imported when first chosen).
 SAMPLE_BACKENDS: dict[str, Callable | str] = {
     "golden": _golden,
+    "hls": "smartsage.host.backends.hls:sample",
+    "mmap": "smartsage.host.backends.software:sample_mmap",
+    "direct": "smartsage.host.backends.software:sample_direct",
+    "rtl": "smartsage.host.backends.rtl:sample",
 }
 
 

@@ -8,8 +8,7 @@ sampler does, through an instrumented view of the image:
     Sampling and gathering through a memory-mapped image and the page cache, like PyG on a memmap.
     Every distinct 4 KiB page a batch touches for the first time since the cache was dropped is a
     storage read of a whole page (the kernel's readahead is disabled with ``MADV_RANDOM``, so the model
-    is a lower bound of what the OS reads). The kernel's own count of bytes this process caused to be
-    read from storage (``/proc/self/io`` ``read_bytes``) is reported beside it.
+    is a lower bound of what the OS reads).
 ``direct``
     ``O_DIRECT``: each gather computes the distinct pages it needs, coalesces runs of adjacent pages and
     reads them with a deep queue of aligned ``preadv`` calls from a thread pool (SmartSAGE's own software
@@ -36,7 +35,8 @@ from smartsage.spec.image import PAGE_SIZE, GraphImage, SectionKind
 
 from ..driver import DeviceBatch, DeviceError
 
-__all__ = ["IOCounters", "MmapSampler", "DirectSampler", "drop_page_cache", "process_read_bytes"]
+__all__ = ["IOCounters", "MmapSampler", "DirectSampler", "drop_page_cache", "sample_mmap",
+           "sample_direct"]
 
 
 def drop_page_cache(path: str | os.PathLike) -> None:
@@ -46,18 +46,6 @@ def drop_page_cache(path: str | os.PathLike) -> None:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
-
-
-def process_read_bytes() -> int | None:
-    """Bytes this process caused to be read from storage (``/proc/self/io``), or None if unavailable."""
-    try:
-        with open("/proc/self/io") as f:
-            for line in f:
-                if line.startswith("read_bytes:"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
 
 
 @dataclasses.dataclass
@@ -301,3 +289,19 @@ class DirectSampler(_SoftwareSampler):
     def close(self) -> None:
         self.reader.close()
         super().close()
+
+
+def _sample_with(sampler_class, image, targets, fanouts, seed, aggregate, config):
+    """``smartsage sample --backend mmap|direct``: the golden result type, read through the baseline."""
+    with sampler_class(image.path, config) as sampler:
+        result = golden.sample(sampler.reader, targets, fanouts, seed, aggregate=aggregate, config=config)
+        result.header.storage_bytes = sampler.reader.io.storage_bytes
+        return result
+
+
+def sample_mmap(image, targets, fanouts, seed, aggregate, config):
+    return _sample_with(MmapSampler, image, targets, fanouts, seed, aggregate, config)
+
+
+def sample_direct(image, targets, fanouts, seed, aggregate, config):
+    return _sample_with(DirectSampler, image, targets, fanouts, seed, aggregate, config)

@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "smartsage.host.cli_sample",
     "smartsage.host.cli_train",
     "smartsage.host.cli_demo",
+    "smartsage.host.cli_bench",
 )
 
 #: Exceptions that are the user's input at fault: printed as one line, exit status 2.

@@ -109,14 +109,14 @@ def _rtl(image_path, config):
     return _DeviceSampler(RtlBackend(), image_path, config)
 
 
-def _mmap(image_path, config):
+def _mmap(image_path, config, **options):
     from .backends.software import MmapSampler
-    return MmapSampler(image_path, config)
+    return MmapSampler(image_path, config, **options)
 
 
-def _direct(image_path, config):
+def _direct(image_path, config, **options):
     from .backends.software import DirectSampler
-    return DirectSampler(image_path, config)
+    return DirectSampler(image_path, config, **options)
 
 
 #: Backend name -> factory(image_path, config) of an object with ``sample``, ``io``, ``image``, ``close``.
@@ -125,12 +125,13 @@ SAMPLER_BACKENDS: dict[str, Callable] = {
 }
 
 
-def open_sampler(backend: str, image_path, config: KernelConfig = CONFIGS["default"]):
+def open_sampler(backend: str, image_path, config: KernelConfig = CONFIGS["default"], **options):
+    """A sampler for ``backend``; ``options`` go to the software baselines (``cold_each_batch``)."""
     try:
         factory = SAMPLER_BACKENDS[backend]
     except KeyError:
         raise ValueError(f"Unknown backend {backend!r}; known: {', '.join(SAMPLER_BACKENDS)}") from None
-    return factory(image_path, config)
+    return factory(image_path, config, **options)
 
 
 class Trainer:

@@ -217,11 +217,15 @@ class _SoftwareSampler:
     name = "software"
 
     def __init__(self, image: str | os.PathLike | GraphImage, config: KernelConfig = CONFIGS["default"],
-                 cold: bool = True):
+                 cold: bool = True, cold_each_batch: bool = False):
         self._owns_image = not isinstance(image, GraphImage)
         self.image = GraphImage(image) if self._owns_image else image
         self.config = config
         self.io = IOCounters()
+        #: Drop the page cache before every batch: the steady state of a graph far larger than the
+        #: host's memory, where no page survives from one batch to the next.
+        self.cold_each_batch = cold_each_batch
+        self.reader = None
         if cold:
             self.drop_cache()
         self.reader = self._make_reader()
@@ -234,6 +238,8 @@ class _SoftwareSampler:
 
     def sample(self, targets, fanouts, seed: int, aggregate: bool = False) -> DeviceBatch:
         """One mini-batch with the golden semantics; raises :class:`DeviceError` on a non-OK status."""
+        if self.cold_each_batch:
+            self.drop_cache()
         before = dataclasses.replace(self.reader.io)
         result = golden.sample(self.reader, targets, fanouts, seed, aggregate=aggregate, config=self.config)
         if result.header.status != Status.OK:
@@ -269,7 +275,7 @@ class MmapSampler(_SoftwareSampler):
 
     def drop_cache(self) -> None:
         super().drop_cache()
-        if getattr(self, "reader", None) is not None:
+        if self.reader is not None:
             self.reader.drop()
 
 
@@ -279,9 +285,9 @@ class DirectSampler(_SoftwareSampler):
     name = "direct"
 
     def __init__(self, image, config: KernelConfig = CONFIGS["default"], cold: bool = True,
-                 queue_depth: int = 64):
+                 cold_each_batch: bool = False, queue_depth: int = 64):
         self.queue_depth = queue_depth
-        super().__init__(image, config, cold)
+        super().__init__(image, config, cold, cold_each_batch)
 
     def _make_reader(self) -> _PageReader:
         return _DirectReader(self.image, self.queue_depth)

@@ -1,0 +1,698 @@
+"""The near-storage neighbor-sampling kernel: top level and command sequencer.
+
+One command per mini-batch (docs/spec.md): the host writes a descriptor into device memory, the
+image's storage address and the descriptor's address into the kernel arguments, and sets ap_start.
+The kernel fetches the descriptor, checks the image header and the descriptor (section 5's order),
+samples every hop (frontiers read back from the node list it writes), writes counts and node ids,
+then the result header, and raises ap_done.
+
+Ports (Amaranth names, ``__`` joins a member path):
+
+- ``s_axi_control``: AXI4-Lite control (:class:`~smartsage.rtl.control.ControlRegisters`).
+- ``m_axi_storage``: AXI4 read master on the storage window that holds the image.
+- ``m_axi_mem``: AXI4 read/write master on device memory (descriptor, node list, counts, result).
+- ``interrupt``.
+
+This is the first, one-lane sequential microarchitecture: one single-beat read or write in
+flight at a time (see docs/rtl.md for the cycle budget and the planned pipelined engine).
+"""
+
+from __future__ import annotations
+
+import struct
+from types import SimpleNamespace
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, ResetInserter, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.wiring import In, Out
+
+from smartsage.spec import image as spec_image
+from smartsage.spec import rng as spec_rng
+from smartsage.spec.config import KernelConfig
+from smartsage.spec.descriptor import (
+    BUFFER_ALIGN,
+    DESCRIPTOR_FIELDS,
+    DESCRIPTOR_MAGIC,
+    DESCRIPTOR_SIZE,
+    DESCRIPTOR_VERSION,
+    RESULT_FIELDS,
+    RESULT_HEADER_SIZE,
+    SPEC_MAX_HOPS,
+    Status,
+)
+
+from .axi import AxiLiteSignature, AxiReadSignature, AxiSignature
+from .control import CONTROL_ADDRESS_WIDTH, ControlRegisters
+from .field_writer import FieldWriter
+from .position_sampler import PositionSampler
+from .read_stream import ReadStream, StreamWord
+from .rng import mix32
+
+__all__ = ["SamplerKernel", "IMAGE_WORDS", "SUPPORTED_FLAGS", "LANES_BUILT"]
+
+#: Samplers this microarchitecture instantiates, whatever KernelConfig.lanes says (see docs/rtl.md).
+LANES_BUILT = 1
+
+#: Descriptor flags this build executes. AGGREGATE (feature aggregation, issue 6) is not built yet:
+#: a descriptor that sets it ends with BAD_DESCRIPTOR at the ``flags`` offset instead of being
+#: silently executed without aggregation.
+SUPPORTED_FLAGS = 0
+
+
+def _field(fields, name):
+    for field, code, offset, _ in fields:
+        if field == name:
+            return offset, struct.calcsize("<" + code)
+    raise KeyError(name)
+
+
+def _image_words() -> dict[str, int]:
+    """Byte offsets of the 64-bit header words the kernel reads (from spec.image's tables)."""
+    section_entry = spec_image.SECTION_STRUCT.size
+    section_offset_field = _field(spec_image.SECTION_FIELDS, "offset")[0]
+    kinds = list(spec_image.SectionKind)
+    words = {
+        "magic": _field(spec_image.HEADER_FIELDS, "magic")[0],
+        "version": _field(spec_image.HEADER_FIELDS, "version")[0],
+        "num_nodes": _field(spec_image.HEADER_FIELDS, "num_nodes")[0],
+        "index_dtype": _field(spec_image.HEADER_FIELDS, "index_dtype")[0],
+    }
+    for kind in (spec_image.SectionKind.INDPTR, spec_image.SectionKind.INDICES):
+        words[kind.name.lower()] = (spec_image.SECTION_TABLE_OFFSET + kinds.index(kind) * section_entry
+                                    + section_offset_field)
+    return {name: offset & ~7 for name, offset in words.items()}
+
+
+#: Header words read from storage: name -> byte offset of the enclosing 64-bit word.
+IMAGE_WORDS = _image_words()
+
+
+class SamplerKernel(wiring.Component):
+    """The neighbor-sampling kernel (one lane, sequential), a Vitis ``ap_ctrl_hs`` RTL kernel.
+
+    Parameters
+    ----------
+    config : KernelConfig
+        Data width, max_fanout and max_hops of this build (lanes and outstanding_reads are not
+        used by this microarchitecture yet).
+
+    Members
+    -------
+    s_axi_control : ``In(AxiLiteSignature(6))``
+    m_axi_storage : ``Out(AxiReadSignature(config.data_width))``
+    m_axi_mem : ``Out(AxiSignature(config.data_width))``
+    interrupt : ``Out(1)``
+    """
+
+    def __init__(self, config: KernelConfig):
+        if not isinstance(config, KernelConfig):
+            raise TypeError(f"Config must be a KernelConfig, not {config!r}")
+        self._config = config
+        super().__init__({
+            "s_axi_control": In(AxiLiteSignature(CONTROL_ADDRESS_WIDTH)),
+            "m_axi_storage": Out(AxiReadSignature(config.data_width)),
+            "m_axi_mem": Out(AxiSignature(config.data_width)),
+            "interrupt": Out(1),
+        })
+
+    @property
+    def config(self) -> KernelConfig:
+        return self._config
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        data_bytes = cfg.data_bytes
+
+        m.submodules.control = control = ControlRegisters()
+        m.submodules.storage_reader = storage = ReadStream(cfg.data_width, cfg.outstanding_reads)
+        m.submodules.mem_reader = mem = ReadStream(cfg.data_width, cfg.outstanding_reads)
+        m.submodules.mem_writer = writer = FieldWriter(cfg.data_width, cfg.outstanding_reads)
+        # A command that ends early (an error mid-sample) can leave positions in the sampler: it is
+        # reset when the next command starts.
+        # Two samplers take jobs in turn, so one's pipeline fills while the other's positions stream.
+        samplers = [PositionSampler(cfg.max_fanout) for _ in range(2)]
+        sampler_reset = Signal()
+        for number, sampler in enumerate(samplers):
+            m.submodules[f"positions{number}"] = ResetInserter(sampler_reset)(sampler)
+
+        wiring.connect(m, wiring.flipped(self.s_axi_control), control.s_axi_control)
+        wiring.connect(m, wiring.flipped(self.m_axi_storage), storage.bus)
+
+        # The storage reader is shared by the sequencer (A: header and indptr reads) and the edge
+        # streamer (B: index reads). A has priority; a FIFO of requester tags (reads return in order)
+        # routes each answer back to its requester.
+        def requester(name):
+            return SimpleNamespace(
+                request=SimpleNamespace(valid=Signal(name=f"{name}_req_valid"),
+                                        payload=Signal(64, name=f"{name}_req_address"),
+                                        ready=Signal(name=f"{name}_req_ready")),
+                response=SimpleNamespace(valid=Signal(name=f"{name}_resp_valid"),
+                                         payload=Signal(StreamWord, name=f"{name}_resp"),
+                                         ready=Signal(name=f"{name}_resp_ready")))
+
+        port_a, port_b = requester("storage_a"), requester("storage_b")
+        m.submodules.storage_tags = tags = SyncFIFO(width=1, depth=cfg.outstanding_reads)
+        drain_storage = Signal()
+        # a request presented and not yet taken keeps the grant (AXI: ARADDR holds while ARVALID)
+        held, held_a, select_a = Signal(), Signal(), Signal()
+        m.d.comb += select_a.eq(Mux(held, held_a, port_a.request.valid))
+        m.d.sync += [held.eq(storage.request.valid & ~storage.request.ready), held_a.eq(select_a)]
+        m.d.comb += [
+            storage.request.valid.eq(Mux(select_a, port_a.request.valid, port_b.request.valid) & tags.w_rdy),
+            storage.request.payload.eq(Mux(select_a, port_a.request.payload, port_b.request.payload)),
+            port_a.request.ready.eq(storage.request.ready & tags.w_rdy & select_a),
+            port_b.request.ready.eq(storage.request.ready & tags.w_rdy & ~select_a),
+            tags.w_data.eq(select_a),
+            tags.w_en.eq(storage.request.valid & storage.request.ready),
+            port_a.response.payload.eq(storage.response.payload),
+            port_b.response.payload.eq(storage.response.payload),
+            port_a.response.valid.eq(storage.response.valid & tags.r_rdy & tags.r_data),
+            port_b.response.valid.eq(storage.response.valid & tags.r_rdy & ~tags.r_data),
+            storage.response.ready.eq(tags.r_rdy & (drain_storage | Mux(tags.r_data, port_a.response.ready,
+                                                                         port_b.response.ready))),
+            tags.r_en.eq(storage.response.valid & storage.response.ready),
+        ]
+        for port in (mem.bus, writer.bus):
+            for name, member in port.signature.members.items():
+                ours = getattr(self.m_axi_mem, name)
+                theirs = getattr(port, name)
+                if member.flow == Out:
+                    m.d.comb += ours.eq(theirs)
+                else:
+                    m.d.comb += theirs.eq(ours)
+        m.d.comb += self.interrupt.eq(control.interrupt)
+
+        # ---- command state
+        image_base = Signal(64)
+        descriptor_base = Signal(64)
+        desc_words = Array(Signal(64, name=f"desc_word{i}") for i in range(DESCRIPTOR_SIZE // 8))
+        desc_index = Signal(range(DESCRIPTOR_SIZE // 8))
+        image_names = list(IMAGE_WORDS)
+        image_offsets = Array(Const(IMAGE_WORDS[n], 64) for n in image_names)
+        image_words = Array(Signal(64, name=f"image_{n}") for n in image_names)
+        image_index = Signal(range(len(image_names)))
+
+        def desc(name):
+            offset, size = _field(DESCRIPTOR_FIELDS, name)
+            word = desc_words[offset // 8]
+            return word[(offset % 8) * 8:(offset % 8 + size) * 8]
+
+        def image(name):
+            return image_words[image_names.index(name)]
+
+        magic_ok = image("magic") == int.from_bytes(spec_image.MAGIC, "little")
+        version_offset = _field(spec_image.HEADER_FIELDS, "version")[0] % 8
+        version_ok = image("version")[version_offset * 8:version_offset * 8 + 32] == spec_image.VERSION
+        num_nodes = image("num_nodes")
+        dtype_offset = _field(spec_image.HEADER_FIELDS, "index_dtype")[0] % 8
+        wide_ids = image("index_dtype")[dtype_offset * 8:dtype_offset * 8 + 8] == int(spec_image.IndexDtype.U64)
+        indptr_base = Signal(64)
+        indices_base = Signal(64)
+
+        num_targets = desc("num_targets")
+        num_hops = desc("num_hops")
+        fanouts = Array(desc(f"fanout{h}") for h in range(SPEC_MAX_HOPS))
+        nodes_ptr = desc("nodes_ptr")
+        nodes_capacity = desc("nodes_capacity")
+        counts_ptr = desc("counts_ptr")
+        counts_capacity = desc("counts_capacity")
+        result_ptr = desc("result_ptr")
+        seed = desc("seed")
+
+        status = Signal(32)
+        error_hop = Signal(32)
+        error_index = Signal(64)
+        error_value = Signal(64)
+        result_valid = Signal()   # descriptor fetched: result_ptr may be used if aligned
+
+        command_key = Signal(32)
+        hop_key = Signal(32)
+        hop = Signal(range(SPEC_MAX_HOPS + 1))
+        frontier_index = Signal(64)
+        frontier_size = Signal(64)
+        counts_base = Signal(64)
+        written = Signal(64)
+        issued = Signal(range(cfg.max_fanout + 1))
+        prefetching = Signal()
+        prefetch_index = Signal(64)
+        fanout = Signal(16)
+        result_index = Signal(range(RESULT_HEADER_SIZE // 8))
+        cycles = Signal(64)
+        storage_bytes = Signal(64)
+        final_cycles = Signal(64)
+        scratch = Signal(32)
+
+        id_bytes = Mux(wide_ids, 8, 4)
+        busy = Signal()
+        with m.If(busy):
+            m.d.sync += cycles.eq(cycles + 1)
+        with m.If(self.m_axi_storage.arvalid & self.m_axi_storage.arready):
+            m.d.sync += storage_bytes.eq(storage_bytes + (self.m_axi_storage.arlen + 1) * data_bytes)
+
+        def id_of(word, address):
+            return Mux(wide_ids, word, Mux(address[2], word[32:], word[:32]))
+
+        def fail(code, hop_value=0, index_value=0, value=0):
+            m.d.sync += [status.eq(code), error_hop.eq(hop_value), error_index.eq(index_value),
+                         error_value.eq(value), prefetching.eq(0)]
+            m.next = "FINISH"
+
+        def abort_on_back_error():
+            """A hop state stops when the edge streamer hit a bus error (it set the status)."""
+            with m.If(back_error):
+                m.d.sync += prefetching.eq(0)
+                m.next = "FINISH"
+
+        def read_state(name, reader, address, capture, then):
+            """Two states: issue a read of the word at ``address``, then take its response."""
+            pending = Signal(64, name=f"{name.lower()}_address")
+            with m.State(name):
+                m.d.comb += [reader.request.valid.eq(1), reader.request.payload.eq(address)]
+                with m.If(reader.request.ready):
+                    m.d.sync += pending.eq(address)
+                    m.next = name + "_WAIT"
+            with m.State(name + "_WAIT"):
+                m.d.comb += reader.response.ready.eq(1)
+                with m.If(reader.response.valid):
+                    with m.If(reader.response.payload.error):
+                        fail(Status.STORAGE_ERROR, value=pending)
+                    with m.Else():
+                        capture(reader.response.payload.data, pending)
+                        then()
+
+        def write_state(name, address, value, wide, then):
+            """One state: hand a u32/u64 field to the pipelined writer (responses are checked at
+            drain points: every hop boundary and the end of the command)."""
+            with m.State(name):
+                m.d.comb += [writer.request.valid.eq(1), writer.request.payload.address.eq(address),
+                             writer.request.payload.data.eq(value), writer.request.payload.wide.eq(wide)]
+                with m.If(writer.request.ready):
+                    then()
+
+        def drain_state(name, then):
+            """Wait until every write was answered; a write error ends the command (OUTPUT_ERROR)."""
+            with m.State(name):
+                with m.If(writer.idle):
+                    with m.If(writer.error & (status == Status.OK)):
+                        fail(Status.OUTPUT_ERROR, value=writer.error_address)
+                    with m.Else():
+                        then()
+
+        # ---- per-node jobs: the sequencer (front) reads a node's degree, checks it in order and
+        # reserves its place in the node list; the edge streamer (back) samples and appends it while
+        # the front already works on the next nodes.
+        job_layout = data.StructLayout({
+            "key": 32, "degree": 32, "count": range(cfg.max_fanout + 1), "edge_start": 64,
+            "entry": 64, "base": 64})
+        job_reset = Signal()
+        jobs = SyncFIFO(width=job_layout.size, depth=4)
+        m.submodules.jobs = ResetInserter(job_reset)(jobs)
+        job_in = Signal(job_layout)
+        m.d.comb += jobs.w_data.eq(job_in)
+        back_idle = Signal()
+        back_error = Signal()
+        finishing = Signal()  # the command ends: the streamer abandons its job
+
+        # ---- frontier and indptr prefetch. During a hop the node-list entries F_h[0..] are read
+        # ahead (up to outstanding_reads in flight); each id that comes back is range-checked and, if
+        # in range, its indptr[v], indptr[v+1] reads are issued at once. The sequencer takes the
+        # checked ids and the indptr words in order. The indptr answers land in a FIFO whose space is
+        # reserved before the reads are issued, so they never block the edge streamer's answers
+        # (one in-order read channel is shared).
+        with m.If(prefetching & (prefetch_index != frontier_size)):
+            m.d.comb += [mem.request.valid.eq(1), mem.request.payload.eq(nodes_ptr + prefetch_index * id_bytes)]
+            with m.If(mem.request.ready):
+                m.d.sync += prefetch_index.eq(prefetch_index + 1)
+
+        # Checked frontier entries (with their RNG key H_v, computed here) and the indptr pairs
+        # of the in-range ones, both in frontier order. Up to ``ahead`` nodes are in flight.
+        ahead = max(2, cfg.outstanding_reads // 2)
+        node_ahead_layout = data.StructLayout({"node": 64, "key": 32, "in_range": 1, "error": 1, "address": 64})
+        nodes_ahead = SyncFIFO(width=node_ahead_layout.size, depth=ahead)
+        m.submodules.nodes_ahead = ResetInserter(job_reset)(nodes_ahead)
+        pair_layout = data.StructLayout({"start": 64, "end": 64, "error": 1, "address": 64})
+        indptr_pairs = SyncFIFO(width=pair_layout.size, depth=ahead)
+        m.submodules.indptr_pairs = ResetInserter(job_reset)(indptr_pairs)
+        pairs_reserved = Signal(range(ahead + 1))
+        prefetch_node = Signal(64)
+        prefetch_scratch = Signal(32)
+        prefetch_key = Signal(32)
+        ahead_in = Signal(node_ahead_layout)
+        m.d.comb += nodes_ahead.w_data.eq(ahead_in)
+        arriving = mem.response.payload
+        arriving_id = id_of(arriving.data, arriving.address)
+        in_range = ~arriving.error & (arriving_id < num_nodes)
+        reserve = Signal()
+        release = Signal()
+        m.d.comb += release.eq(indptr_pairs.r_en & indptr_pairs.r_rdy)
+        m.d.sync += pairs_reserved.eq(pairs_reserved + reserve - release)
+        with m.If(job_reset):
+            m.d.sync += pairs_reserved.eq(0)
+        with m.FSM(name="prefetcher"):
+            with m.State("P_IDLE"):
+                room = nodes_ahead.w_rdy & (pairs_reserved + 1 <= ahead)
+                with m.If(prefetching & room):
+                    m.d.comb += mem.response.ready.eq(1)
+                    with m.If(mem.response.valid & in_range):
+                        m.d.comb += reserve.eq(1)
+                        m.d.sync += [prefetch_node.eq(arriving_id),
+                                     prefetch_scratch.eq(mix32(hop_key ^ arriving_id[:32]))]
+                        m.next = "P_START"
+                    with m.Elif(mem.response.valid):  # out of range or a read error: no indptr reads
+                        m.d.comb += [ahead_in.node.eq(arriving_id), ahead_in.error.eq(arriving.error),
+                                     ahead_in.address.eq(arriving.address), nodes_ahead.w_en.eq(1)]
+            with m.State("P_START"):
+                m.d.comb += [port_a.request.valid.eq(1), port_a.request.payload.eq(indptr_base + prefetch_node * 8)]
+                m.d.sync += prefetch_key.eq(mix32(prefetch_scratch ^ prefetch_node[32:] ^ spec_rng.NODE_SALT))
+                with m.If(port_a.request.ready):
+                    m.next = "P_END"
+                with m.If(finishing):
+                    m.next = "P_IDLE"
+            with m.State("P_END"):
+                m.d.comb += [port_a.request.valid.eq(1),
+                             port_a.request.payload.eq(indptr_base + prefetch_node * 8 + 8),
+                             ahead_in.node.eq(prefetch_node), ahead_in.key.eq(prefetch_key),
+                             ahead_in.in_range.eq(1)]
+                with m.If(port_a.request.ready):
+                    m.d.comb += nodes_ahead.w_en.eq(1)
+                with m.If(port_a.request.ready | finishing):
+                    m.next = "P_IDLE"
+        # indptr answers pair up (start, end) into the reserved FIFO space
+        first_half = Signal(StreamWord)
+        have_half = Signal()
+        pair_in = Signal(pair_layout)
+        m.d.comb += [indptr_pairs.w_data.eq(pair_in), pair_in.start.eq(first_half.data),
+                     pair_in.end.eq(port_a.response.payload.data),
+                     pair_in.error.eq(first_half.error | port_a.response.payload.error),
+                     pair_in.address.eq(Mux(first_half.error, first_half.address,
+                                            port_a.response.payload.address))]
+        with m.If(prefetching):
+            m.d.comb += port_a.response.ready.eq(1)
+            with m.If(port_a.response.valid):
+                m.d.sync += have_half.eq(~have_half)
+                with m.If(have_half):
+                    m.d.comb += indptr_pairs.w_en.eq(1)
+                with m.Else():
+                    m.d.sync += first_half.eq(port_a.response.payload)
+        with m.If(job_reset):
+            m.d.sync += have_half.eq(0)
+
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += control.idle.eq(1)
+                with m.If(control.start):
+                    m.d.comb += [control.ready.eq(1), sampler_reset.eq(1), writer.clear.eq(1), job_reset.eq(1)]
+                    m.d.sync += [
+                        image_base.eq(control.image), descriptor_base.eq(control.descriptor),
+                        desc_index.eq(0), image_index.eq(0), status.eq(Status.OK), error_hop.eq(0),
+                        error_index.eq(0), error_value.eq(0), result_valid.eq(0), cycles.eq(1),
+                        storage_bytes.eq(0), busy.eq(1), written.eq(0), counts_base.eq(0),
+                    ]
+                    m.next = "DESCRIPTOR"
+
+            # ---- fetch the descriptor (device memory), then the image header words (storage)
+            def desc_capture(word, _address):
+                with m.Switch(desc_index):
+                    for i in range(len(desc_words)):
+                        with m.Case(i):
+                            m.d.sync += desc_words[i].eq(word)
+
+            def desc_next():
+                m.d.sync += desc_index.eq(desc_index + 1)
+                with m.If(desc_index == len(desc_words) - 1):
+                    m.d.sync += result_valid.eq(1)
+                    m.next = "IMAGE"
+                with m.Else():
+                    m.next = "DESCRIPTOR"
+
+            read_state("DESCRIPTOR", mem, descriptor_base + desc_index * 8, desc_capture, desc_next)
+
+            def image_capture(word, _address):
+                with m.Switch(image_index):
+                    for i in range(len(image_names)):
+                        with m.Case(i):
+                            m.d.sync += image_words[i].eq(word)
+
+            def image_next():
+                m.d.sync += image_index.eq(image_index + 1)
+                with m.If(image_index == len(image_names) - 1):
+                    m.next = "CHECK"
+                with m.Else():
+                    m.next = "IMAGE"
+
+            read_state("IMAGE", port_a, image_base + image_offsets[image_index], image_capture, image_next)
+
+            # ---- section 5 checks 1-2, first failure wins
+            with m.State("CHECK"):
+                checks = [
+                    (~(magic_ok & version_ok), Status.BAD_IMAGE, 0),
+                    (desc("magic") != DESCRIPTOR_MAGIC, Status.BAD_DESCRIPTOR, "magic"),
+                    (desc("version") != DESCRIPTOR_VERSION, Status.BAD_DESCRIPTOR, "version"),
+                    ((desc("flags") & ~SUPPORTED_FLAGS) != 0, Status.BAD_DESCRIPTOR, "flags"),
+                    (num_targets == 0, Status.BAD_DESCRIPTOR, "num_targets"),
+                    ((num_hops == 0) | (num_hops > cfg.max_hops), Status.BAD_DESCRIPTOR, "num_hops"),
+                ]
+                for h in range(SPEC_MAX_HOPS):
+                    k = desc(f"fanout{h}")
+                    bad = Mux(num_hops > h, (k == 0) | (k > cfg.max_fanout), k != 0)
+                    checks.append((bad, Status.BAD_DESCRIPTOR, f"fanout{h}"))
+                checks += [
+                    (nodes_ptr[:BUFFER_ALIGN.bit_length() - 1] != 0, Status.BAD_DESCRIPTOR, "nodes_ptr"),
+                    (nodes_capacity < num_targets, Status.BAD_DESCRIPTOR, "nodes_capacity"),
+                    (counts_ptr[:BUFFER_ALIGN.bit_length() - 1] != 0, Status.BAD_DESCRIPTOR, "counts_ptr"),
+                    (result_ptr[:BUFFER_ALIGN.bit_length() - 1] != 0, Status.BAD_DESCRIPTOR, "result_ptr"),
+                ]
+                for n, (bad, code, field) in enumerate(checks):
+                    with (m.If if n == 0 else m.Elif)(bad):
+                        value = 0 if code == Status.BAD_IMAGE else _field(DESCRIPTOR_FIELDS, field)[0]
+                        fail(code, value=value)
+                with m.Else():
+                    m.d.sync += [
+                        indptr_base.eq(image_base + image("indptr")),
+                        indices_base.eq(image_base + image("indices")),
+                        written.eq(num_targets), frontier_size.eq(num_targets), counts_base.eq(0),
+                        hop.eq(0), scratch.eq(mix32(seed[:32] ^ spec_rng.SEED_SALT)),
+                    ]
+                    m.next = "COMMAND_KEY"
+            with m.State("COMMAND_KEY"):
+                m.d.sync += command_key.eq(mix32(scratch ^ seed[32:]))
+                m.next = "HOP"
+
+            # ---- hops
+            with m.State("HOP"):
+                with m.If(hop == num_hops):
+                    m.next = "FINISH"
+                with m.Elif(counts_base + frontier_size > counts_capacity):
+                    fail(Status.COUNTS_CAPACITY, hop_value=hop, value=counts_base + frontier_size)
+                with m.Else():
+                    m.d.sync += [hop_key.eq(mix32(command_key ^ hop ^ spec_rng.HOP_SALT)),
+                                 frontier_index.eq(0), fanout.eq(fanouts[hop]),
+                                 prefetching.eq(1), prefetch_index.eq(0)]
+                    m.next = "FRONTIER"
+            with m.State("HOP_WAIT"):  # the edge streamer finishes the hop's last jobs
+                with m.If(back_idle & ~jobs.r_rdy):
+                    m.next = "HOP_DRAIN"
+                abort_on_back_error()
+
+            def next_hop():
+                # the next frontier is read back from the node list: every append must have landed
+                m.d.sync += [counts_base.eq(counts_base + frontier_size), frontier_size.eq(written),
+                             hop.eq(hop + 1)]
+                m.next = "HOP"
+
+            drain_state("HOP_DRAIN", next_hop)
+
+            with m.State("FRONTIER"):
+                # one node per cycle, in frontier order: range check, degree, room in the node list,
+                # then the node is handed to the edge streamer with its place reserved
+                entry = node_ahead_layout(nodes_ahead.r_data)
+                pair = pair_layout(indptr_pairs.r_data)
+                node_degree = Signal(64)
+                count = Signal(range(cfg.max_fanout + 1))
+                m.d.comb += [
+                    node_degree.eq(pair.end - pair.start),
+                    count.eq(Mux(node_degree < fanout, node_degree, fanout)),
+                    job_in.key.eq(entry.key), job_in.degree.eq(node_degree[:32]), job_in.count.eq(count),
+                    job_in.edge_start.eq(pair.start), job_in.entry.eq(counts_base + frontier_index),
+                    job_in.base.eq(written),
+                ]
+                with m.If(frontier_index == frontier_size):
+                    m.d.sync += prefetching.eq(0)
+                    m.next = "HOP_WAIT"
+                with m.Elif(nodes_ahead.r_rdy):
+                    with m.If(entry.error):
+                        fail(Status.STORAGE_ERROR, value=entry.address)
+                    with m.Elif(~entry.in_range):
+                        fail(Status.NODE_OUT_OF_RANGE, hop_value=hop, index_value=frontier_index,
+                             value=entry.node)
+                    with m.Elif(indptr_pairs.r_rdy):
+                        with m.If(pair.error):
+                            fail(Status.STORAGE_ERROR, value=pair.address)
+                        with m.Elif(written + count > nodes_capacity):
+                            fail(Status.NODES_CAPACITY, hop_value=hop, index_value=frontier_index,
+                                 value=written + count)
+                        with m.Elif(jobs.w_rdy):
+                            m.d.comb += [jobs.w_en.eq(1), nodes_ahead.r_en.eq(1), indptr_pairs.r_en.eq(1)]
+                            m.d.sync += [written.eq(written + count), frontier_index.eq(frontier_index + 1)]
+                abort_on_back_error()
+
+            # ---- result header, written last (never when result_ptr is unusable)
+            with m.State("FINISH"):
+                # reads still in flight (an error mid-hop) are taken and dropped; every output write
+                # is answered before the result header
+                m.d.comb += [mem.response.ready.eq(1), drain_storage.eq(1), finishing.eq(1), job_reset.eq(1)]
+                with m.If(writer.idle & mem.idle & storage.idle & back_idle):
+                    with m.If(writer.error & (status == Status.OK)):
+                        m.d.sync += [status.eq(Status.OUTPUT_ERROR), error_hop.eq(0), error_index.eq(0),
+                                     error_value.eq(writer.error_address)]
+                    m.d.sync += [final_cycles.eq(cycles), result_index.eq(0)]
+                    with m.If(result_valid & (result_ptr[:BUFFER_ALIGN.bit_length() - 1] == 0)):
+                        m.next = "RESULT"
+                    with m.Else():
+                        m.next = "DONE"
+
+            succeeded = status == Status.OK  # on an error the output counts are 0, as the golden model's
+            result_words = {
+                "status": Cat(status, error_hop), "error_index": error_index, "error_value": error_value,
+                "nodes_written": Mux(succeeded, written, 0), "counts_written": Mux(succeeded, counts_base, 0),
+                "edges_sampled": Mux(succeeded, written - num_targets, 0), "storage_bytes": storage_bytes,
+                "cycles": final_cycles,
+            }
+            words = Array(Signal(64, name=f"result_{name}") for name in result_words)
+            for i, (name, value) in enumerate(result_words.items()):
+                assert _field(RESULT_FIELDS, name)[0] == 8 * i, f"result field {name} is not word {i}"
+                m.d.comb += words[i].eq(value)
+
+            def result_next():
+                m.d.sync += result_index.eq(result_index + 1)
+                with m.If(result_index == len(result_words) - 1):
+                    m.next = "RESULT_DRAIN"
+                with m.Else():
+                    m.next = "RESULT"
+
+            write_state("RESULT", result_ptr + result_index * 8, words[result_index], 1, result_next)
+            with m.State("RESULT_DRAIN"):  # ap_done only once the header has landed
+                with m.If(writer.idle):
+                    m.next = "DONE"
+            with m.State("DONE"):
+                m.d.comb += control.done.eq(1)
+                m.d.sync += busy.eq(0)
+                m.next = "IDLE"
+
+        # ---- the edge streamer, in two halves joined by a FIFO of jobs in flight: the issuer runs
+        # the position sampler and issues each job's index reads (several jobs' reads in flight at
+        # once, up to outstanding_reads); the collector takes the answers in order, appends them to the
+        # node list and writes each job's count.
+        appended = Signal(range(cfg.max_fanout + 1))
+        collect_layout = data.StructLayout({"count": range(cfg.max_fanout + 1), "entry": 64, "base": 64})
+        collects = SyncFIFO(width=collect_layout.size, depth=16)
+        m.submodules.collects = ResetInserter(job_reset)(collects)
+        collect_in = Signal(collect_layout)
+        collect = Signal(collect_layout)
+        m.d.comb += collects.w_data.eq(collect_in)
+        issuer_idle = Signal()
+        collector_idle = Signal()
+        m.d.comb += back_idle.eq((issuer_idle & collector_idle & ~jobs.r_rdy & ~collects.r_rdy) | back_error)
+
+        # issuer, first half: take a job, announce it to the collector, start the sampler whose turn
+        # it is, and queue a ticket for the streaming half (all in one cycle)
+        ticket_layout = data.StructLayout({"sampler": 1, "count": range(cfg.max_fanout + 1), "edge_start": 64})
+        tickets = SyncFIFO(width=ticket_layout.size, depth=2)
+        m.submodules.tickets = ResetInserter(job_reset)(tickets)
+        ticket_in = Signal(ticket_layout)
+        ticket = Signal(ticket_layout)
+        turn = Signal()
+        incoming = job_layout(jobs.r_data)
+        turn_ready = Mux(turn, samplers[1].request.ready, samplers[0].request.ready)
+        go = Signal()
+        m.d.comb += [
+            go.eq(jobs.r_rdy & collects.w_rdy & tickets.w_rdy & ~finishing & ~back_error
+                  & ((incoming.count == 0) | turn_ready)),
+            collect_in.count.eq(incoming.count), collect_in.entry.eq(incoming.entry),
+            collect_in.base.eq(incoming.base),
+            ticket_in.sampler.eq(turn), ticket_in.count.eq(incoming.count),
+            ticket_in.edge_start.eq(incoming.edge_start), tickets.w_data.eq(ticket_in),
+        ]
+        for number, sampler in enumerate(samplers):
+            m.d.comb += [sampler.request.payload.key.eq(incoming.key),
+                         sampler.request.payload.degree.eq(incoming.degree),
+                         sampler.request.payload.fanout.eq(fanout),
+                         sampler.request.valid.eq(go & (incoming.count != 0) & (turn == number))]
+        with m.If(go):
+            m.d.comb += [jobs.r_en.eq(1), collects.w_en.eq(1), tickets.w_en.eq(incoming.count != 0)]
+            with m.If(incoming.count != 0):
+                m.d.sync += turn.eq(~turn)
+        with m.If(job_reset):
+            m.d.sync += turn.eq(0)
+
+        # issuer, second half: each ticket's positions stream into index reads, ticket after ticket
+        positions_valid = Mux(ticket.sampler, samplers[1].positions.valid, samplers[0].positions.valid)
+        positions = Mux(ticket.sampler, samplers[1].positions.payload, samplers[0].positions.payload)
+        with m.FSM(name="issuer"):
+            with m.State("I_IDLE"):
+                m.d.comb += issuer_idle.eq(~tickets.r_rdy)
+                with m.If(tickets.r_rdy & ~finishing & ~back_error):
+                    m.d.comb += tickets.r_en.eq(1)
+                    m.d.sync += [ticket.eq(tickets.r_data), issued.eq(0)]
+                    m.next = "I_STREAM"
+            with m.State("I_STREAM"):
+                m.d.comb += [
+                    port_b.request.valid.eq(positions_valid),
+                    port_b.request.payload.eq(indices_base + (ticket.edge_start + positions) * id_bytes),
+                ]
+                for number, sampler in enumerate(samplers):
+                    m.d.comb += sampler.positions.ready.eq(port_b.request.ready & (ticket.sampler == number))
+                with m.If(port_b.request.valid & port_b.request.ready):
+                    m.d.sync += issued.eq(issued + 1)
+                    with m.If(issued == ticket.count - 1):
+                        # the next ticket at once when there is one
+                        with m.If(tickets.r_rdy):
+                            m.d.comb += tickets.r_en.eq(1)
+                            m.d.sync += [ticket.eq(tickets.r_data), issued.eq(0)]
+                        with m.Else():
+                            m.next = "I_IDLE"
+                with m.If(finishing | back_error):
+                    m.next = "I_IDLE"
+
+        with m.FSM(name="collector"):
+            with m.State("C_IDLE"):
+                # take a job and write its count at once (known before its ids arrive)
+                incoming_collect = collect_layout(collects.r_data)
+                m.d.comb += collector_idle.eq(1)
+                with m.If(collects.r_rdy & ~finishing):  # (the writer is the sequencer's otherwise)
+                    m.d.comb += [writer.request.valid.eq(1),
+                                 writer.request.payload.address.eq(counts_ptr + incoming_collect.entry * 4),
+                                 writer.request.payload.data.eq(incoming_collect.count),
+                                 writer.request.payload.wide.eq(0)]
+                    with m.If(writer.request.ready):
+                        m.d.comb += collects.r_en.eq(1)
+                        m.d.sync += [collect.eq(collects.r_data), appended.eq(0)]
+                        with m.If(incoming_collect.count != 0):
+                            m.next = "C_APPEND"
+            with m.State("C_APPEND"):  # the ids read back stream into node-list appends
+                word = port_b.response.payload
+                m.d.comb += [
+                    writer.request.valid.eq(port_b.response.valid & ~word.error),
+                    writer.request.payload.address.eq(nodes_ptr + (collect.base + appended) * id_bytes),
+                    writer.request.payload.data.eq(id_of(word.data, word.address)),
+                    writer.request.payload.wide.eq(wide_ids),
+                    port_b.response.ready.eq(writer.request.ready | word.error),
+                ]
+                with m.If(port_b.response.valid & port_b.response.ready):
+                    with m.If(word.error):
+                        m.d.sync += [status.eq(Status.STORAGE_ERROR), error_hop.eq(0), error_index.eq(0),
+                                     error_value.eq(word.address)]
+                        m.next = "C_ERROR"
+                    with m.Else():
+                        m.d.sync += appended.eq(appended + 1)
+                        with m.If(appended == collect.count - 1):
+                            m.next = "C_IDLE"
+                with m.If(finishing):
+                    m.next = "C_IDLE"
+            with m.State("C_ERROR"):  # stopped until the next command
+                m.d.comb += back_error.eq(1)
+                with m.If(control.ready):
+                    m.next = "C_IDLE"
+        return m

@@ -1,0 +1,104 @@
+"""A pipelined AXI4 read engine: one naturally aligned 64-bit word per request, many in flight."""
+
+from __future__ import annotations
+
+from amaranth.hdl import Module, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.wiring import In, Out
+
+from .axi import ADDRESS_WIDTH, BURST_INCR, RESP_OKAY, AxiReadSignature, check_data_width
+
+__all__ = ["ReadStream", "StreamWord"]
+
+#: A word read back: its 64 bits, the byte address asked for, and whether the slave answered an error.
+StreamWord = data.StructLayout({"data": 64, "address": ADDRESS_WIDTH, "error": 1})
+
+
+class ReadStream(wiring.Component):
+    """Issues one single-beat read per request, up to ``outstanding`` in flight; answers in order.
+
+    AXI4 returns the data of one ID in order, so a FIFO of the requested addresses (depth
+    ``outstanding``) tells which 64-bit lane of each returning beat is the word asked for, and gives
+    the failing address of an error response. With the slave ready, a request is issued every cycle.
+
+    Parameters
+    ----------
+    data_width : int
+        AXI data width in bits (64..512).
+    outstanding : int
+        Reads in flight at most (KernelConfig.outstanding_reads).
+
+    Members
+    -------
+    request : ``In(stream.Signature(64))``
+        Byte address of a naturally aligned field of at most 8 bytes.
+    response : ``Out(stream.Signature(StreamWord))``
+        The enclosing aligned 64-bit word, in request order.
+    bus : ``Out(AxiReadSignature(data_width))``
+    idle : ``Out(1)``
+        No read in flight.
+    """
+
+    def __init__(self, data_width: int, outstanding: int):
+        self._data_width = check_data_width(data_width)
+        if not isinstance(outstanding, int) or not 1 <= outstanding <= 256:
+            raise ValueError(f"Outstanding reads must be an integer in 1..256, not {outstanding!r}")
+        self._outstanding = outstanding
+        super().__init__({
+            "request": In(stream.Signature(ADDRESS_WIDTH)),
+            "response": Out(stream.Signature(StreamWord)),
+            "bus": Out(AxiReadSignature(data_width)),
+            "idle": Out(1),
+        })
+
+    @property
+    def data_width(self) -> int:
+        return self._data_width
+
+    @property
+    def outstanding(self) -> int:
+        return self._outstanding
+
+    def elaborate(self, platform):
+        m = Module()
+        data_bytes = self.data_width // 8
+        size_log2 = data_bytes.bit_length() - 1
+        bus = self.bus
+        m.submodules.in_flight = in_flight = SyncFIFO(width=ADDRESS_WIDTH, depth=self.outstanding)
+
+        # The request is registered before ARVALID: the handshake with the producer is atomic and
+        # ARADDR holds while ARVALID is high, whatever the producer does next.
+        pending = Signal()
+        requested = Signal(ADDRESS_WIDTH)
+        address_fire = Signal()
+        m.d.comb += [
+            bus.araddr.eq(requested & ~(data_bytes - 1)),
+            bus.arlen.eq(0),
+            bus.arsize.eq(size_log2),
+            bus.arburst.eq(BURST_INCR),
+            bus.arvalid.eq(pending & in_flight.w_rdy),
+            address_fire.eq(bus.arvalid & bus.arready),
+            self.request.ready.eq(~pending | address_fire),
+            in_flight.w_data.eq(requested),
+            in_flight.w_en.eq(address_fire),
+        ]
+        with m.If(self.request.valid & self.request.ready):
+            m.d.sync += [requested.eq(self.request.payload), pending.eq(1)]
+        with m.Elif(address_fire):
+            m.d.sync += pending.eq(0)
+        address = in_flight.r_data
+        if data_bytes == 8:
+            word = bus.rdata
+        else:
+            word = bus.rdata.word_select(address[3:size_log2], 64)
+        m.d.comb += [
+            self.response.valid.eq(bus.rvalid & in_flight.r_rdy),
+            self.response.payload.data.eq(word),
+            self.response.payload.address.eq(address),
+            self.response.payload.error.eq(bus.rresp != RESP_OKAY),
+            bus.rready.eq(self.response.ready & in_flight.r_rdy),
+            in_flight.r_en.eq(bus.rvalid & bus.rready),
+            self.idle.eq(~in_flight.r_rdy & ~pending),
+        ]
+        return m

@@ -1,0 +1,236 @@
+"""Unit tests of the kernel's gateware blocks in Amaranth's simulator, against smartsage.spec."""
+
+from __future__ import annotations
+
+import gc
+import random
+import warnings
+
+import pytest
+from amaranth.hdl import Elaboratable, Module, Signal
+from amaranth.hdl._ir import UnusedElaboratable
+from amaranth.sim import Simulator
+
+from smartsage.rtl.axi import AxiLiteSignature, check_data_width
+from smartsage.rtl.control import ARGUMENTS, ControlRegisters, register_offset
+from smartsage.rtl.kernel import IMAGE_WORDS, SamplerKernel
+from smartsage.rtl.position_sampler import PositionSampler
+from smartsage.rtl.rng import RejectionThreshold, mix32
+from smartsage.spec import rng as spec_rng
+
+
+def _seed() -> int:
+    seed = random.SystemRandom().randrange(1 << 30)
+    print(f"test seed {seed}")
+    return seed
+
+
+def _reference_positions(key: int, degree: int, fanout: int) -> list[int]:
+    if degree <= fanout:
+        return list(range(degree))
+    chosen, index = [], 0
+    for j in range(degree - fanout, degree):
+        t, index = spec_rng.bounded(key, j + 1, index)
+        chosen.append(j if t in chosen else t)
+    return chosen
+
+
+class _Mix(Elaboratable):
+    def __init__(self):
+        self.x = Signal(32)
+        self.y = Signal(32)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.y.eq(mix32(self.x))
+        return m
+
+
+def test_mix32_matches_spec():
+    rng = random.Random(_seed())
+    dut = _Mix()
+    values = [0, 1, 0xFFFFFFFF, 0x80000000] + [rng.getrandbits(32) for _ in range(200)]
+
+    async def bench(ctx):
+        for x in values:
+            ctx.set(dut.x, x)
+            assert ctx.get(dut.y) == spec_rng.mix32(x), f"mix32({x:#x})"
+
+    sim = Simulator(dut)
+    sim.add_testbench(bench)
+    sim.run()
+
+
+def test_rejection_threshold_matches_remainder():
+    rng = random.Random(_seed())
+    dut = RejectionThreshold()
+    ranges = [1, 2, 3, 7, 1 << 31, (1 << 31) + 1, (1 << 32) - 1] + [rng.randrange(1, 1 << 32) for _ in range(40)]
+
+    async def bench(ctx):
+        for n in ranges:
+            ctx.set(dut.i.payload, n)
+            ctx.set(dut.i.valid, 1)
+            await ctx.tick().until(dut.i.ready)
+            ctx.set(dut.i.valid, 0)
+            ctx.set(dut.o.ready, 1)
+            (payload,) = await ctx.tick().sample(dut.o.payload).until(dut.o.valid)
+            ctx.set(dut.o.ready, 0)
+            assert payload == ((1 << 32) - n) % n, f"n = {n}"
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+
+
+def test_position_sampler_matches_floyd():
+    rng = random.Random(_seed())
+    dut = PositionSampler(16)
+    cases = []
+    for _ in range(60):
+        k = rng.randint(1, 16)
+        d = rng.choice([1, k, k + 1, rng.randint(1, 64), rng.randint(1, 100_000), rng.randrange(1 << 31, 1 << 32)])
+        cases.append((rng.getrandbits(32), d, k))
+    cases.append((0x12345678, (1 << 32) - 1, 16))  # ranges near 2^32: the threshold slow path is likely
+    cases.append((0x9E3779B9, (1 << 31) + 5, 16))  # n just above 2^31: about half the draws are rejected
+
+    async def bench(ctx):
+        for key, degree, fanout in cases:
+            ctx.set(dut.request.payload, {"key": key, "degree": degree, "fanout": fanout})
+            ctx.set(dut.request.valid, 1)
+            await ctx.tick().until(dut.request.ready)
+            ctx.set(dut.request.valid, 0)
+            got = []
+            while len(got) < min(degree, fanout):
+                ctx.set(dut.positions.ready, rng.random() < 0.7)
+                _, _, valid, ready, position = await ctx.tick().sample(
+                    dut.positions.valid, dut.positions.ready, dut.positions.payload)
+                if valid and ready:
+                    got.append(position)
+            ctx.set(dut.positions.ready, 0)
+            assert got == _reference_positions(key, degree, fanout), (key, degree, fanout)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+
+
+class _LiteHost:
+    """Minimal AXI4-Lite master for the Amaranth simulator."""
+
+    def __init__(self, bus):
+        self.bus = bus
+
+    async def write(self, ctx, address, value, strobe=0xF):
+        bus = self.bus
+        ctx.set(bus.awaddr, address)
+        ctx.set(bus.wdata, value)
+        ctx.set(bus.wstrb, strobe)
+        ctx.set(bus.awvalid, 1)
+        ctx.set(bus.wvalid, 1)
+        await ctx.tick().until(bus.awready & bus.wready)
+        ctx.set(bus.awvalid, 0)
+        ctx.set(bus.wvalid, 0)
+        ctx.set(bus.bready, 1)
+        await ctx.tick().until(bus.bvalid)
+        ctx.set(bus.bready, 0)
+
+    async def read(self, ctx, address):
+        bus = self.bus
+        ctx.set(bus.araddr, address)
+        ctx.set(bus.arvalid, 1)
+        await ctx.tick().until(bus.arready)
+        ctx.set(bus.arvalid, 0)
+        ctx.set(bus.rready, 1)
+        (data,) = await ctx.tick().sample(bus.rdata).until(bus.rvalid)
+        ctx.set(bus.rready, 0)
+        return data
+
+
+def test_control_registers_ap_ctrl_hs():
+    seed = _seed()
+    rng = random.Random(seed)
+    dut = ControlRegisters()
+    host = _LiteHost(dut.s_axi_control)
+    ctrl, gie, ier, isr = (register_offset(n) for n in ("CTRL", "GIE", "IER", "ISR"))
+
+    async def bench(ctx):
+        ctx.set(dut.idle, 1)
+        values = {}
+        for name, (lo, hi) in ARGUMENTS.items():
+            values[name] = rng.getrandbits(64)
+            await host.write(ctx, lo, values[name] & 0xFFFFFFFF)
+            await host.write(ctx, hi, values[name] >> 32)
+        for name, (lo, hi) in ARGUMENTS.items():
+            assert ctx.get(getattr(dut, name)) == values[name]
+            assert await host.read(ctx, lo) == values[name] & 0xFFFFFFFF
+            assert await host.read(ctx, hi) == values[name] >> 32
+        # byte strobes: only byte 1 of image_lo changes
+        lo = ARGUMENTS["image"][0]
+        await host.write(ctx, lo, 0xABCDEF12, strobe=0b0010)
+        expected = (values["image"] & ~0xFF00) | 0xEF00
+        assert ctx.get(dut.image) == expected
+        assert await host.read(ctx, ctrl) == 0x4  # idle
+        await host.write(ctx, gie, 1)
+        await host.write(ctx, ier, 1)
+        await host.write(ctx, ctrl, 1)  # ap_start
+        assert ctx.get(dut.start) == 1
+        assert await host.read(ctx, ctrl) & 0x1
+        ctx.set(dut.ready, 1)
+        ctx.set(dut.idle, 0)
+        await ctx.tick()
+        ctx.set(dut.ready, 0)
+        await ctx.tick()
+        assert ctx.get(dut.start) == 0, "ap_start clears once the kernel takes it"
+        assert await host.read(ctx, ctrl) == 0x8, "ap_ready sticky, read clears"
+        assert await host.read(ctx, ctrl) == 0x0
+        assert ctx.get(dut.interrupt) == 0
+        ctx.set(dut.done, 1)
+        ctx.set(dut.idle, 1)
+        await ctx.tick()
+        ctx.set(dut.done, 0)
+        await ctx.tick()
+        assert ctx.get(dut.interrupt) == 1
+        assert await host.read(ctx, isr) == 0x1
+        assert await host.read(ctx, ctrl) == 0x6, "ap_done | ap_idle"
+        assert await host.read(ctx, ctrl) == 0x4, "ap_done clears on read"
+        await host.write(ctx, isr, 0x1)  # toggle on write clears
+        assert ctx.get(dut.interrupt) == 0
+        assert await host.read(ctx, isr) == 0
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+
+
+def test_parameter_validation_messages():
+    with warnings.catch_warnings():
+        # the half-constructed components are never elaborated, by design
+        warnings.simplefilter("ignore", UnusedElaboratable)
+        with pytest.raises(ValueError, match="Max fanout must be an integer in 1..1024, not 0"):
+            PositionSampler(0)
+        with pytest.raises(ValueError, match="AXI data width must be one of 64, 128, 256, 512 bits, not 100"):
+            check_data_width(100)
+        with pytest.raises(ValueError, match="AXI4-Lite address width must be an integer in 2..32, not 1"):
+            AxiLiteSignature(1)
+        with pytest.raises(TypeError, match="Config must be a KernelConfig, not 'small'"):
+            SamplerKernel("small")
+        gc.collect()
+
+
+def test_kernel_header_words_follow_the_image_format():
+    # The header words come from smartsage.spec.image's tables: magic, version, N, index dtype,
+    # and the indptr/indices section offsets of the section table.
+    assert IMAGE_WORDS == {"magic": 0, "version": 8, "num_nodes": 24, "index_dtype": 40,
+                           "indptr": 136, "indices": 296}
+
+
+def test_docs_register_table_is_current():
+    from pathlib import Path
+
+    from smartsage.rtl.control import register_table_markdown
+
+    docs = Path(__file__).resolve().parent.parent / "docs" / "rtl.md"
+    assert register_table_markdown() in docs.read_text(), "regenerate the register table in docs/rtl.md"

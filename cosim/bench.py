@@ -35,7 +35,7 @@ from .runner import run_plan
 from .scoreboard import CommandSpec
 from .storage import IDEAL, PM983
 
-__all__ = ["run_benchmark", "mmap_pages", "main"]
+__all__ = ["run_benchmark", "measure_image", "mmap_pages", "main"]
 
 
 def mmap_pages(image: GraphImage, result, targets: np.ndarray, fanouts, seed: int) -> int:
@@ -75,21 +75,30 @@ def _targets(image: GraphImage, batch: int, seed: int) -> np.ndarray:
     degree = np.diff(image.indptr.astype(np.int64))
     candidates = np.flatnonzero(degree > 0)
     generator = np.random.default_rng(seed)
-    return generator.choice(candidates, size=batch, replace=False).astype(np.uint32)
+    return generator.choice(candidates, size=min(batch, candidates.size), replace=False).astype(np.uint32)
 
 
 def run_benchmark(config: KernelConfig, workdir, scale: int = 20, edge_factor: int = 16,
                   fanouts=(25, 10), batch: int = 1024, ssd_batch: int = 256, ssd_fanouts=(25,), seed: int = 1,
                   raw_cycles: int = 2_000_000) -> dict:
-    """All four figures for ``config``; returns a dict (also printed as JSON by :func:`main`)."""
+    """All four figures for ``config`` on an R-MAT graph (made in ``workdir`` once); returns a dict
+    (also printed as JSON by :func:`main`)."""
     os.makedirs(workdir, exist_ok=True)
     path = os.path.join(workdir, f"rmat-s{scale}-e{edge_factor}-seed{seed}.img")
     start = time.perf_counter()
     if not os.path.exists(path):
         rmat_image(path, scale, edge_factor, seed)
+    graph = {"scale": scale, "edge_factor": edge_factor, "seed": seed, "image_bytes": os.path.getsize(path),
+             "generate_s": time.perf_counter() - start}
+    report = measure_image(config, path, fanouts, batch, ssd_batch, ssd_fanouts, seed, raw_cycles)
+    report["graph"] = graph
+    return report
+
+
+def measure_image(config: KernelConfig, path, fanouts=(25, 10), batch: int = 1024, ssd_batch: int = 256,
+                  ssd_fanouts=(25,), seed: int = 1, raw_cycles: int = 2_000_000) -> dict:
+    """The four figures of the module docstring on the image at ``path``."""
     report = {"config": config.name, "lanes": config.lanes, "data_width": config.data_width,
-              "graph": {"scale": scale, "edge_factor": edge_factor, "seed": seed,
-                        "image_bytes": os.path.getsize(path), "generate_s": time.perf_counter() - start},
               "fanouts": list(fanouts), "batch": batch}
     with GraphImage(path) as image:
         targets = _targets(image, batch, seed)

@@ -50,6 +50,10 @@ async def run_plan(dut):
             json.dump(summary, f)
         image.close()
         return
+    if plan.get("raw_memory"):
+        await _run_raw(dut, tb, plan, config, image)
+        image.close()
+        return
     sim_start = time.perf_counter()
     for number, raw in enumerate(plan["commands"]):
         spec = CommandSpec.from_dict(raw)
@@ -103,6 +107,59 @@ async def run_plan(dut):
         json.dump(summary, f)
     image.close()
     assert not failures, f"plan seed {seed}: " + " | ".join(failures)
+
+
+async def _run_raw(dut, tb, plan, config, image) -> None:
+    """One command on a device memory given whole (the driver's), checked against the golden model.
+
+    The memory comes from and goes back to ``.npy`` files. The expectation: the golden model's
+    ``run_command`` on the same memory (AGGREGATE refused at ``flags``, see scoreboard.py); on OK
+    the whole memory must be equal but for the result header's two counter fields, on an error the
+    status and error fields.
+    """
+    from smartsage.spec import golden
+    from smartsage.spec.descriptor import RESULT_FIELDS, Descriptor, Flags, Status
+
+    from .scoreboard import FLAGS_OFFSET
+
+    initial = np.load(plan["raw_memory"])
+    descriptor_addr = int(plan["raw_descriptor"])
+    fields = Descriptor.unpack_raw(initial[descriptor_addr:descriptor_addr + 128].tobytes())
+    expected = initial.copy()
+    expected_header = golden.run_command(image, expected, descriptor_addr, config)
+    fails_before_flags = expected_header.status == Status.BAD_IMAGE or (
+        expected_header.status == Status.BAD_DESCRIPTOR and expected_header.error_value < FLAGS_OFFSET)
+    refuse = bool(fields["flags"] & Flags.AGGREGATE) and not fails_before_flags
+    tb.load_memory(initial)
+    outcome = await tb.run_command(descriptor_addr, int(plan["watchdog_cycles"]), int(plan["raw_image_offset"]))
+    memory = tb.memory.data
+    np.save(plan["raw_memory"], memory)
+    result_ptr = fields["result_ptr"]
+    problems = []
+    if outcome["hung"]:
+        problems.append(f"no ap_done within {plan['watchdog_cycles']} cycles (watchdog)")
+    elif result_ptr % 64 == 0 and result_ptr + RESULT_HEADER_SIZE <= memory.size:
+        got = ResultHeader.unpack(memory[result_ptr:result_ptr + RESULT_HEADER_SIZE].tobytes())
+        if refuse:
+            if (got.status, got.error_value) != (Status.BAD_DESCRIPTOR, FLAGS_OFFSET):
+                problems.append(f"AGGREGATE must be refused at flags, got status {got.status}")
+        elif got.spec_fields() != expected_header.spec_fields():
+            problems.append(f"result {got.spec_fields()} != golden {expected_header.spec_fields()}")
+        elif got.status == Status.OK:
+            masked, reference = memory.copy(), expected.copy()
+            for name in ("storage_bytes", "cycles"):
+                offset = next(off for f, _, off, _ in RESULT_FIELDS if f == name)
+                masked[result_ptr + offset:result_ptr + offset + 8] = 0
+                reference[result_ptr + offset:result_ptr + offset + 8] = 0
+            if not np.array_equal(masked, reference):
+                first = int(np.flatnonzero(masked != reference)[0])
+                problems.append(f"device memory differs from golden, first at {first:#x}")
+    summary = {"results": [{"command": 0, "problems": problems, "cycles": outcome["cycles"],
+                            "wall_s": outcome["wall_s"], "header": None, "storage": tb.storage.stats()}],
+               "wall_s": outcome["wall_s"], "cycles": tb.cycle()}
+    with open(os.environ["SMARTSAGE_COSIM_RESULTS"], "w") as f:
+        json.dump(summary, f)
+    assert not problems, "; ".join(problems)
 
 
 def dataclass_dict(header: ResultHeader) -> dict:

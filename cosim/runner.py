@@ -46,7 +46,8 @@ class PlanResult:
 def run_plan(config: KernelConfig, image_path, commands: list[CommandSpec], *, timing: SsdTiming = IDEAL,
              backpressure: float = 0.0, seed: int | None = None, watchdog_cycles: int = 2_000_000,
              image_base: int = DEFAULT_IMAGE_BASE, waves: bool | None = None, check: bool = True,
-             raw_cycles: int = 0) -> PlanResult:
+             raw_cycles: int = 0, raw_memory=None, raw_descriptor: int = 0,
+             raw_image_offset: int = 0) -> PlanResult:
     """Co-simulate ``commands`` on the kernel built for ``config``.
 
     Parameters
@@ -70,6 +71,10 @@ def run_plan(config: KernelConfig, image_path, commands: list[CommandSpec], *, t
     raw_cycles : int
         Instead of commands, run the idle kernel's clock this many cycles with no Python per cycle
         (raw Verilator speed of the same build; ``wall_s``/``cycles`` of the result).
+    raw_memory, raw_descriptor, raw_image_offset :
+        Instead of laid-out commands, run the one command whose descriptor lies at
+        ``raw_descriptor`` of this device memory (a ``.npy`` path of a uint8 array, updated in place),
+        with the image argument ``image_base + raw_image_offset`` (the driver's interface).
     """
     if seed is None:
         seed = random.SystemRandom().randrange(1 << 31)
@@ -83,6 +88,8 @@ def run_plan(config: KernelConfig, image_path, commands: list[CommandSpec], *, t
         "config": config.to_json(), "image": os.fspath(Path(image_path).resolve()), "seed": seed,
         "timing": timing.to_dict(), "backpressure": backpressure, "watchdog_cycles": watchdog_cycles,
         "image_base": image_base, "commands": [c.to_dict() for c in commands], "raw_cycles": raw_cycles,
+        "raw_memory": os.fspath(raw_memory) if raw_memory is not None else None,
+        "raw_descriptor": raw_descriptor, "raw_image_offset": raw_image_offset,
     }
     plan_path = test_dir / "plan.json"
     results_path = test_dir / "results.json"
@@ -115,7 +122,8 @@ def run_plan(config: KernelConfig, image_path, commands: list[CommandSpec], *, t
         shutil.rmtree(test_dir, ignore_errors=True)
     else:
         print(f"cosim directory kept: {test_dir}")
-    if check and (failed or problems or len(summary["results"]) != len(commands)):
+    expected_results = 1 if raw_memory is not None else len(commands)
+    if check and (failed or problems or (not raw_cycles and len(summary["results"]) != expected_results)):
         raise CosimFailure(f"co-simulation failed (seed {seed}, replay with the same commands and seed): "
                            + " | ".join(problems or ["cocotb test failed"]))
     return result

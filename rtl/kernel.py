@@ -13,8 +13,10 @@ Ports (Amaranth names, ``__`` joins a member path):
 - ``m_axi_mem``: AXI4 read/write master on device memory (descriptor, node list, counts, result).
 - ``interrupt``.
 
-This is the first, one-lane sequential microarchitecture: one single-beat read or write in
-flight at a time (see docs/rtl.md for the cycle budget and the planned pipelined engine).
+One lane, pipelined (docs/rtl.md): a prefetcher reads frontier entries and indptr pairs ahead, the
+sequencer checks one node per cycle in frontier order and queues a job per node, and the edge
+streamer (issuer and collector) turns each job's positions into index reads (many in flight) and
+the ids into node-list appends.
 """
 
 from __future__ import annotations
@@ -89,13 +91,13 @@ IMAGE_WORDS = _image_words()
 
 
 class SamplerKernel(wiring.Component):
-    """The neighbor-sampling kernel (one lane, sequential), a Vitis ``ap_ctrl_hs`` RTL kernel.
+    """The neighbor-sampling kernel (one pipelined lane), a Vitis ``ap_ctrl_hs`` RTL kernel.
 
     Parameters
     ----------
     config : KernelConfig
-        Data width, max_fanout and max_hops of this build (lanes and outstanding_reads are not
-        used by this microarchitecture yet).
+        Data width, max_fanout, max_hops and outstanding_reads of this build (``lanes`` and
+        ``fifo_depth`` are not used by this microarchitecture yet).
 
     Members
     -------

@@ -1,4 +1,10 @@
-"""The ``rtl`` sampling backend: one command executed by the co-simulated kernel (cocotb + Verilator).
+"""The ``rtl`` backends: commands executed by the co-simulated kernel (cocotb + Verilator).
+
+- :class:`RtlBackend`: the driver's :class:`~smartsage.host.device.KernelBackend` (``execute`` one
+  command on the device memory the driver laid out), for ``smartsage train --backend rtl`` and the
+  device API;
+- :func:`sample`: the ``smartsage sample --backend rtl`` entry point (below);
+- :func:`benchmark`: the RTL figures of ``smartsage bench --rtl`` (smartsage.cosim.bench).
 
 ``smartsage sample IMAGE --backend rtl`` goes through :func:`sample`, which lays the command out in a
 simulated device memory with worst-case output buffers (as the driver sizes them), runs the
@@ -13,6 +19,9 @@ AGGREGATE is not built into the kernel yet (issue 6): the kernel refuses such a 
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import numpy as np
 
 from smartsage.cosim.runner import run_plan
@@ -22,9 +31,10 @@ from smartsage.spec.config import CONFIGS, KernelConfig
 from smartsage.spec.descriptor import Flags, ResultHeader
 from smartsage.spec.golden import GoldenResult, SampleStats
 
-__all__ = ["sample"]
+__all__ = ["sample", "RtlBackend", "benchmark"]
 
-#: Watchdog budget per worst-case sampled edge (the one-lane kernel needs ~20 cycles per edge).
+#: Watchdog budget per worst-case sampled edge (the kernel needs ~1.3-2 cycles per edge, plus
+#: storage latency; the bound only has to catch a hang).
 CYCLES_PER_EDGE_BOUND = 200
 
 
@@ -50,3 +60,43 @@ def sample(image, targets, fanouts, seed: int, aggregate: bool = False,
     return GoldenResult(header=header, node_list=np.asarray(result["node_list"], dtype=id_dtype),
                         counts=np.asarray(result["counts"], dtype=np.uint32), self_rows=None, sums=None,
                         stats=SampleStats(storage_bytes=header.storage_bytes))
+
+
+class RtlBackend:
+    """Executes each command on the co-simulated kernel, on the driver's own device memory.
+
+    The memory goes to the simulation and back through a ``.npy`` file (one Verilator process per
+    command: about a second of start-up). The co-simulation compares the outcome with the golden
+    model's ``run_command`` on the same memory and raises :class:`~smartsage.cosim.runner.CosimFailure`
+    on any difference (AGGREGATE descriptors are refused by this kernel, see docs/rtl.md). The image
+    lies at storage address 0; a command naming another storage address is run as is (the kernel
+    then finds no image header there), without the golden comparison, which assumes address 0.
+    """
+
+    name = "rtl"
+
+    def __init__(self, seed_backpressure: int = 1, watchdog_cycles: int = 50_000_000):
+        self.seed_backpressure = seed_backpressure
+        self.watchdog_cycles = watchdog_cycles
+        self.last_cycles = 0
+
+    def execute(self, image, memory: np.ndarray, image_addr: int, descriptor_addr: int,
+                config: KernelConfig) -> None:
+        with tempfile.TemporaryDirectory(prefix="smartsage-rtl-") as workdir:
+            path = os.path.join(workdir, "memory.npy")
+            np.save(path, memory)
+            result = run_plan(config, image.path, [], seed=self.seed_backpressure, image_base=0,
+                              watchdog_cycles=self.watchdog_cycles, raw_memory=path,
+                              raw_descriptor=descriptor_addr, raw_image_offset=image_addr,
+                              check=image_addr == 0)
+            memory[:] = np.load(path)
+        self.last_cycles = result.results[0]["cycles"] if result.results else 0
+
+
+def benchmark(image_path, fanouts, batch: int, config: KernelConfig = CONFIGS["default"]) -> dict:
+    """Cycles per edge (ideal memory), PM983 page-read rate, bytes to the host against mmap and the
+    co-simulation speed on ``image_path`` (:func:`smartsage.cosim.bench.measure_image`)."""
+    from smartsage.cosim.bench import measure_image
+
+    return measure_image(config, image_path, tuple(int(k) for k in fanouts), batch,
+                         ssd_batch=min(batch, 256), ssd_fanouts=tuple(int(k) for k in fanouts)[:1])

@@ -54,7 +54,8 @@ class TrainConfig:
     dropout: float = 0.2
     seed: int = 0
     eval_batch_size: int = 1024
-    max_eval_nodes: int | None = 4096   # evaluate on at most this many val/test nodes (None: all)
+    max_eval_nodes: int | None = 4096   # evaluate on at most this many val/test nodes (None: all, 0: none)
+    max_batches: int | None = None      # train on at most this many batches per epoch (None: all)
 
     def __post_init__(self):
         self.fanouts = tuple(int(k) for k in self.fanouts)
@@ -192,6 +193,9 @@ class Trainer:
         epoch = self.epoch
         order = np.random.default_rng([cfg.seed, epoch]).permutation(self.train_nodes)
         num_batches = -(-order.size // cfg.batch_size)
+        if cfg.max_batches is not None:
+            num_batches = min(num_batches, cfg.max_batches)
+            order = order[:num_batches * cfg.batch_size]
         self.model.train()
         io_before = dataclasses.replace(self.sampler.io)
         total_loss, edges, start = 0.0, 0, time.perf_counter()
@@ -229,7 +233,7 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self, nodes: np.ndarray) -> float | None:
         cfg = self.config
-        if nodes.size == 0:
+        if nodes.size == 0 or cfg.max_eval_nodes == 0:
             return None
         if cfg.max_eval_nodes is not None and nodes.size > cfg.max_eval_nodes:
             nodes = np.random.default_rng([cfg.seed, EVAL_EPOCH]).choice(nodes, cfg.max_eval_nodes, replace=False)

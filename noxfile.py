@@ -58,6 +58,12 @@ def cosim(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
-    """Benchmarks whose figures go into docs/performance*.md (see `smartsage bench --help`)."""
+    """Benchmarks whose figures docs/benchmarks.md and docs/performance-rtl.md record.
+
+    ``smartsage bench``: image build rate, golden vs HLS sampling rate, bytes to the host by backend;
+    ``python -m smartsage.cosim.bench``: the RTL kernel's cycles per edge, IOPS under the PM983 model,
+    co-simulation speed. Pass ``-- --scale 16`` etc. to the first.
+    """
     _install(session)
-    session.run("smartsage", "bench", *session.posargs)
+    session.run("smartsage", "bench", "-o", "docs/benchmarks.md", *session.posargs)
+    session.run("python", "-m", "smartsage.cosim.bench", "--config", "default", "-o", "build/bench/rtl.json")

@@ -57,6 +57,14 @@ def cosim(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def synth(session: nox.Session) -> None:
+    """Export, lint, synth_xilinx resources vs KU15P, ECP5 timing proxy, formal -> build/synth (docs/synthesis.md)."""
+    _install(session)
+    session.run("smartsage", "rtl", "synth", "-o", "build/synth", *session.posargs)
+    session.run("smartsage", "rtl", "formal", "-o", "build/synth/formal")
+
+
+@nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
     """Benchmarks whose figures docs/benchmarks.md and docs/performance-rtl.md record.
 

@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "smartsage.host.cli_train",
     "smartsage.host.cli_demo",
     "smartsage.host.cli_bench",
+    "smartsage.host.cli_rtl",
 )
 
 #: Exceptions that are the user's input at fault: printed as one line, exit status 2.

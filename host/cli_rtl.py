@@ -1,0 +1,86 @@
+"""``smartsage rtl``: export the kernel for Vitis, synthesize it, check it formally.
+
+- ``smartsage rtl export --config NAME -o DIR``: ``smartsage_kernel.v``, ``kernel.xml``, ``config.json``
+  (and, with ``--lint``, Verilator's lint summary).
+- ``smartsage rtl synth [--config NAME ...] -o DIR``: netlists, resource table vs the KU15P and the ECP5
+  timing proxy (``DIR/report.md``); ``nox -s synth`` runs this.
+- ``smartsage rtl formal [--check NAME ...] -o DIR``: the SymbiYosys checks of smartsage.rtl.formal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+
+from smartsage.spec.config import CONFIGS, get_config
+
+__all__ = ["register"]
+
+
+def register(subparsers) -> None:
+    """Add the ``rtl`` command group to the ``smartsage`` parser."""
+    parser = subparsers.add_parser("rtl", help="export, synthesize and formally check the kernel's RTL")
+    commands = parser.add_subparsers(dest="rtl_command", required=True, metavar="SUBCOMMAND")
+
+    export = commands.add_parser("export", help="Verilog with Vitis port names and kernel.xml for package_xo")
+    export.add_argument("--config", default="default", choices=sorted(CONFIGS), help="kernel configuration")
+    export.add_argument("-o", "--output", type=pathlib.Path, required=True, help="output directory")
+    export.add_argument("--lint", action="store_true", help="also run Verilator --lint-only -Wall")
+    export.set_defaults(func=_export)
+
+    synth = commands.add_parser("synth", help="yosys synth_xilinx resources vs KU15P and nextpnr-ecp5 timing")
+    synth.add_argument("--config", action="append", choices=sorted(CONFIGS),
+                       help="configuration to synthesize (repeatable; default: small and default)")
+    synth.add_argument("--timing-config", action="append", choices=sorted(CONFIGS),
+                       help="configuration for the ECP5 timing proxy (repeatable; default: small)")
+    synth.add_argument("--no-timing", action="store_true", help="skip the ECP5 timing proxy")
+    synth.add_argument("-o", "--output", type=pathlib.Path, required=True, help="output directory")
+    synth.set_defaults(func=_synth)
+
+    formal = commands.add_parser("formal", help="SymbiYosys checks of the control, read and write blocks")
+    formal.add_argument("--check", action="append", help="check to run (repeatable; default: all)")
+    formal.add_argument("-o", "--output", type=pathlib.Path, required=True, help="work directory")
+    formal.set_defaults(func=_formal)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from smartsage.host import synth
+
+    config = get_config(args.config)
+    files = synth.export(config, args.output)
+    for kind, path in files.items():
+        print(f"{kind}: {path}")
+    if args.lint:
+        report = synth.lint(files["verilog"])
+        waived = ", ".join(f"{k} {v}" for k, v in sorted(report.waived.items()))
+        print(f"lint: {len(report.findings)} findings; waived: {waived}")
+        for line in report.findings:
+            print(line)
+        return 1 if report.findings else 0
+    return 0
+
+
+def _synth(args: argparse.Namespace) -> int:
+    from smartsage.host import synth
+
+    configs = args.config or ["small", "default"]
+    timing = [] if args.no_timing else (args.timing_config or ["small"])
+    synth.run_synth(args.output, configs, timing)
+    print((args.output / "report.md").read_text(), end="")
+    return 0
+
+
+def _formal(args: argparse.Namespace) -> int:
+    from smartsage.rtl import formal
+
+    names = args.check or list(formal.CHECKS)
+    unknown = [n for n in names if n not in formal.CHECKS]
+    if unknown:
+        raise ValueError(f"Unknown formal check(s) {', '.join(unknown)}; known: {', '.join(formal.CHECKS)}")
+    failed = 0
+    for name in names:
+        check = formal.CHECKS[name]
+        result = formal.run_check(check, args.output / name)
+        print(f"{name}: {result.status} ({check.mode}, depth {check.depth}, {result.seconds:.1f} s)")
+        failed += not result.passed
+    return 1 if failed else 0

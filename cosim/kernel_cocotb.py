@@ -62,7 +62,8 @@ async def run_plan(dut):
         tb.memory.write_error_ranges = []
         if spec.write_error is not None:
             name, offset = spec.write_error
-            start = {"nodes": layout.nodes, "counts": layout.counts}[name] + offset
+            start = {"nodes": layout.nodes, "counts": layout.counts, "self": layout.self_rows,
+                     "sum": layout.sums}[name] + offset
             tb.memory.write_error_ranges = [(start, start + 1)]
         expect = rtl_expectation(image, spec, layout, initial, config, tb.image_base)
         tb.load_memory(initial)
@@ -91,6 +92,11 @@ async def run_plan(dut):
             "problems": problems, "cycles": outcome["cycles"], "wall_s": outcome["wall_s"],
             "node_list": nodes[:header.nodes_written].tolist() if ok else [],
             "counts": counts[:header.counts_written].tolist() if ok else [],
+            # AGGREGATE: the self and sum buffers as written (hex of their bytes)
+            "self_rows": memory[layout.self_rows:layout.self_rows + layout.self_bytes].tobytes().hex()
+            if ok and layout.self_bytes else "",
+            "sums": memory[layout.sums:layout.sums + layout.sum_bytes].tobytes().hex()
+            if ok and layout.sum_bytes else "",
             "storage": tb.storage.stats(), "storage_transactions": tb.storage_port.transactions,
         })
         if problems:
@@ -113,23 +119,18 @@ async def _run_raw(dut, tb, plan, config, image) -> None:
     """One command on a device memory given whole (the driver's), checked against the golden model.
 
     The memory comes from and goes back to ``.npy`` files. The expectation: the golden model's
-    ``run_command`` on the same memory (AGGREGATE refused at ``flags``, see scoreboard.py); on OK
+    ``run_command`` on the same memory (AGGREGATE included); on OK
     the whole memory must be equal but for the result header's two counter fields, on an error the
     status and error fields.
     """
     from smartsage.spec import golden
-    from smartsage.spec.descriptor import RESULT_FIELDS, Descriptor, Flags, Status
-
-    from .scoreboard import FLAGS_OFFSET
+    from smartsage.spec.descriptor import RESULT_FIELDS, Descriptor, Status
 
     initial = np.load(plan["raw_memory"])
     descriptor_addr = int(plan["raw_descriptor"])
     fields = Descriptor.unpack_raw(initial[descriptor_addr:descriptor_addr + 128].tobytes())
     expected = initial.copy()
     expected_header = golden.run_command(image, expected, descriptor_addr, config)
-    fails_before_flags = expected_header.status == Status.BAD_IMAGE or (
-        expected_header.status == Status.BAD_DESCRIPTOR and expected_header.error_value < FLAGS_OFFSET)
-    refuse = bool(fields["flags"] & Flags.AGGREGATE) and not fails_before_flags
     tb.load_memory(initial)
     outcome = await tb.run_command(descriptor_addr, int(plan["watchdog_cycles"]), int(plan["raw_image_offset"]))
     memory = tb.memory.data
@@ -140,10 +141,7 @@ async def _run_raw(dut, tb, plan, config, image) -> None:
         problems.append(f"no ap_done within {plan['watchdog_cycles']} cycles (watchdog)")
     elif result_ptr % 64 == 0 and result_ptr + RESULT_HEADER_SIZE <= memory.size:
         got = ResultHeader.unpack(memory[result_ptr:result_ptr + RESULT_HEADER_SIZE].tobytes())
-        if refuse:
-            if (got.status, got.error_value) != (Status.BAD_DESCRIPTOR, FLAGS_OFFSET):
-                problems.append(f"AGGREGATE must be refused at flags, got status {got.status}")
-        elif got.spec_fields() != expected_header.spec_fields():
+        if got.spec_fields() != expected_header.spec_fields():
             problems.append(f"result {got.spec_fields()} != golden {expected_header.spec_fields()}")
         elif got.status == Status.OK:
             masked, reference = memory.copy(), expected.copy()

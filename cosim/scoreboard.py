@@ -10,11 +10,9 @@ Comparison rules (docs/spec.md section 5):
 - OK: the whole device memory must equal the golden model's, byte for byte, except the two counter
   fields of the result header (``storage_bytes``, ``cycles``), which are implementation counters.
 - An error: status and ``error_*`` must match; outputs are unspecified but no byte outside the
-  node-list, counts and result buffers may change.
-- AGGREGATE is not built into this kernel yet (issue 6). Where the golden model would pass the
-  ``flags`` check with AGGREGATE set, the RTL is expected to stop there with BAD_DESCRIPTOR,
-  error_value 6 (the ``flags`` offset) and to write only the result header. This substitution is
-  made explicitly by :func:`rtl_expectation`, never by loosening the comparison.
+  node-list, counts, self, sum and result buffers may change.
+- AGGREGATE commands are compared like any other: on success the self rows and the sums are part
+  of the whole-memory comparison.
 - Faults the golden model cannot reproduce (AXI error responses) have explicit expectations: the
   status and the address range the error value must fall in.
 """
@@ -55,7 +53,8 @@ class CommandSpec:
     (so the capacity checks run at their boundary). ``overrides``: raw descriptor fields written
     over the packed descriptor (malformed descriptors); a string ``"+N"`` adds N to the laid-out
     value. ``storage_errors``: (start, end) offsets *into the image* whose reads answer SLVERR.
-    ``write_error``: (buffer name, byte offset) whose write answers SLVERR. ``image_offset``: the
+    ``write_error``: (buffer name: nodes, counts, self or sum; byte offset) whose write answers SLVERR.
+    ``self_capacity``/``sum_capacity`` (bytes, AGGREGATE): None sizes the buffer exactly. ``image_offset``: the
     image argument points this many bytes into the image (not a header page: BAD_IMAGE).
     """
 
@@ -70,6 +69,8 @@ class CommandSpec:
     storage_errors: list[tuple[int, int]] = dataclasses.field(default_factory=list)
     write_error: tuple[str, int] | None = None
     image_offset: int = 0
+    self_capacity: int | None = None
+    sum_capacity: int | None = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -95,10 +96,15 @@ class Layout:
     result: int
     size: int
     fields: dict[str, int]
+    self_rows: int = 0      # AGGREGATE: the self and sum buffers (0 bytes without)
+    self_bytes: int = 0
+    sums: int = 0
+    sum_bytes: int = 0
 
     def buffers(self) -> list[tuple[int, int]]:
         """(start, bytes) of every buffer the kernel may write."""
         return [(self.nodes, self.nodes_bytes), (self.counts, self.counts_bytes),
+                (self.self_rows, self.self_bytes), (self.sums, self.sum_bytes),
                 (self.result, RESULT_HEADER_SIZE)]
 
 
@@ -110,13 +116,20 @@ def layout_command(image, spec: CommandSpec, config: KernelConfig) -> tuple[Layo
     """Place ``spec`` in a fresh device memory; returns the layout and the memory's initial bytes."""
     id_size = image.header.index_dtype.itemsize
     nodes_capacity, counts_capacity = spec.nodes_capacity, spec.counts_capacity
-    if nodes_capacity is None or counts_capacity is None:
+    aggregate = bool(spec.flags & Flags.AGGREGATE)
+    self_capacity, sum_capacity = (spec.self_capacity, spec.sum_capacity) if aggregate else (0, 0)
+    if nodes_capacity is None or counts_capacity is None or self_capacity is None or sum_capacity is None:
         need = golden.sample(image, np.asarray(spec.targets, np.uint64), spec.fanouts, spec.seed,
-                             config=config)
+                             config=config, aggregate=aggregate)
         if nodes_capacity is None:
             nodes_capacity = max(need.node_list.size, len(spec.targets))
         if counts_capacity is None:
             counts_capacity = need.counts.size
+        rows = need.self_rows.shape[0] if need.self_rows is not None else 0
+        if self_capacity is None:
+            self_capacity = rows * image.header.feature_row_bytes
+        if sum_capacity is None:
+            sum_capacity = rows * image.header.feature_dim * 4
     address = GUARD_BYTES
     descriptor = address
     address = _align(address + DESCRIPTOR_SIZE + GUARD_BYTES)
@@ -126,11 +139,16 @@ def layout_command(image, spec: CommandSpec, config: KernelConfig) -> tuple[Layo
     counts = address
     counts_bytes = counts_capacity * 4
     address = _align(address + counts_bytes + GUARD_BYTES)
+    self_rows = address if aggregate else 0
+    address = _align(address + self_capacity + GUARD_BYTES) if aggregate else address
+    sums = address if aggregate else 0
+    address = _align(address + sum_capacity + GUARD_BYTES) if aggregate else address
     result = address
     size = _align(address + RESULT_HEADER_SIZE + GUARD_BYTES)
     desc = Descriptor(seed=spec.seed, num_targets=len(spec.targets), fanouts=tuple(spec.fanouts),
                       nodes_ptr=nodes, nodes_capacity=nodes_capacity, counts_ptr=counts,
-                      counts_capacity=counts_capacity, result_ptr=result, flags=spec.flags)
+                      counts_capacity=counts_capacity, result_ptr=result, flags=spec.flags,
+                      self_ptr=self_rows, self_capacity=self_capacity, sum_ptr=sums, sum_capacity=sum_capacity)
     raw = bytearray(desc.pack())
     fields = Descriptor.unpack_raw(bytes(raw))
     if spec.overrides:
@@ -155,7 +173,8 @@ def layout_command(image, spec: CommandSpec, config: KernelConfig) -> tuple[Layo
     target_bytes = targets.view(np.uint8)
     memory[nodes:nodes + min(target_bytes.size, nodes_bytes + GUARD_BYTES)] = \
         target_bytes[:nodes_bytes + GUARD_BYTES]
-    return Layout(descriptor, nodes, nodes_bytes, counts, counts_bytes, result, size, fields), memory
+    return Layout(descriptor, nodes, nodes_bytes, counts, counts_bytes, result, size, fields,
+                  self_rows, self_capacity, sums, sum_capacity), memory
 
 
 def expected_result(image, layout: Layout, initial: np.ndarray, config: KernelConfig):
@@ -186,20 +205,14 @@ def rtl_expectation(image, spec: CommandSpec, layout: Layout, initial: np.ndarra
             raise ValueError(f"image_offset {spec.image_offset} points at a valid image header")
         return Expectation(Status.BAD_IMAGE, ResultHeader(status=Status.BAD_IMAGE), None, writes_result=result_ok)
     golden_memory, header = expected_result(image, layout, initial, config)
-    golden_fails_before_flags = header.status == Status.BAD_IMAGE or (
-        header.status == Status.BAD_DESCRIPTOR and header.error_value < FLAGS_OFFSET)
-    if layout.fields["flags"] & Flags.AGGREGATE and not golden_fails_before_flags:
-        # AGGREGATE is not built into the RTL yet (issue 6): it must refuse the descriptor.
-        return Expectation(Status.BAD_DESCRIPTOR, ResultHeader(status=Status.BAD_DESCRIPTOR,
-                                                               error_value=FLAGS_OFFSET), None,
-                           writes_result=result_ok)
     if spec.storage_errors and header.status == Status.OK:
         lo = min(image_base + a for a, _ in spec.storage_errors)
         hi = max(image_base + b for _, b in spec.storage_errors)
         return Expectation(Status.STORAGE_ERROR, None, None, (lo, hi), writes_result=result_ok)
     if spec.write_error is not None and header.status == Status.OK:
         name, offset = spec.write_error
-        start = {"nodes": layout.nodes, "counts": layout.counts}[name] + offset
+        start = {"nodes": layout.nodes, "counts": layout.counts, "self": layout.self_rows,
+                 "sum": layout.sums}[name] + offset
         return Expectation(Status.OUTPUT_ERROR, None, None, (start, start + 8), writes_result=result_ok)
     return Expectation(header.status, header, golden_memory if header.status == Status.OK else None,
                        writes_result=result_ok)
@@ -261,6 +274,8 @@ def _region(layout: Layout, address: int) -> str:
     for name, start, nbytes in (("descriptor", layout.descriptor, DESCRIPTOR_SIZE),
                                 ("nodes", layout.nodes, layout.nodes_bytes),
                                 ("counts", layout.counts, layout.counts_bytes),
+                                ("self", layout.self_rows, layout.self_bytes),
+                                ("sum", layout.sums, layout.sum_bytes),
                                 ("result", layout.result, RESULT_HEADER_SIZE)):
         if start <= address < start + nbytes:
             return f"{name}+{address - start}"

@@ -4,13 +4,16 @@ One command per mini-batch (docs/spec.md): the host writes a descriptor into dev
 image's storage address and the descriptor's address into the kernel arguments, and sets ap_start.
 The kernel fetches the descriptor, checks the image header and the descriptor (section 5's order),
 samples every hop (frontiers read back from the node list it writes), writes counts and node ids,
-then the result header, and raises ap_done.
+under AGGREGATE copies the last frontier's feature rows and sums its last-hop samples' rows
+(:class:`~smartsage.rtl.feature_aggregator.FeatureAggregator`), then writes the result header and
+raises ap_done.
 
 Ports (Amaranth names, ``__`` joins a member path):
 
 - ``s_axi_control``: AXI4-Lite control (:class:`~smartsage.rtl.control.ControlRegisters`).
 - ``m_axi_storage``: AXI4 read master on the storage window that holds the image.
-- ``m_axi_mem``: AXI4 read/write master on device memory (descriptor, node list, counts, result).
+- ``m_axi_mem``: AXI4 read/write master on device memory (descriptor, node list, counts, self and
+  sum rows, result).
 - ``interrupt``.
 
 One lane, pipelined (docs/rtl.md): a prefetcher reads frontier entries and indptr pairs ahead, the
@@ -41,11 +44,13 @@ from smartsage.spec.descriptor import (
     RESULT_FIELDS,
     RESULT_HEADER_SIZE,
     SPEC_MAX_HOPS,
+    Flags,
     Status,
 )
 
 from .axi import AxiLiteSignature, AxiReadSignature, AxiSignature
 from .control import CONTROL_ADDRESS_WIDTH, ControlRegisters
+from .feature_aggregator import FeatureAggregator
 from .field_writer import FieldWriter
 from .position_sampler import PositionSampler
 from .read_stream import ReadStream, StreamWord
@@ -56,10 +61,8 @@ __all__ = ["SamplerKernel", "IMAGE_WORDS", "SUPPORTED_FLAGS", "LANES_BUILT"]
 #: Samplers this microarchitecture instantiates, whatever KernelConfig.lanes says (see docs/rtl.md).
 LANES_BUILT = 1
 
-#: Descriptor flags this build executes. AGGREGATE (feature aggregation, issue 6) is not built yet:
-#: a descriptor that sets it ends with BAD_DESCRIPTOR at the ``flags`` offset instead of being
-#: silently executed without aggregation.
-SUPPORTED_FLAGS = 0
+#: Descriptor flags this build executes: AGGREGATE (docs/spec.md section 4, the feature aggregator).
+SUPPORTED_FLAGS = int(Flags.AGGREGATE)
 
 
 def _field(fields, name):
@@ -80,7 +83,7 @@ def _image_words() -> dict[str, int]:
         "num_nodes": _field(spec_image.HEADER_FIELDS, "num_nodes")[0],
         "index_dtype": _field(spec_image.HEADER_FIELDS, "index_dtype")[0],
     }
-    for kind in (spec_image.SectionKind.INDPTR, spec_image.SectionKind.INDICES):
+    for kind in (spec_image.SectionKind.INDPTR, spec_image.SectionKind.INDICES, spec_image.SectionKind.FEATURES):
         words[kind.name.lower()] = (spec_image.SECTION_TABLE_OFFSET + kinds.index(kind) * section_entry
                                     + section_offset_field)
     return {name: offset & ~7 for name, offset in words.items()}
@@ -210,6 +213,16 @@ class SamplerKernel(wiring.Component):
         num_nodes = image("num_nodes")
         dtype_offset = _field(spec_image.HEADER_FIELDS, "index_dtype")[0] % 8
         wide_ids = image("index_dtype")[dtype_offset * 8:dtype_offset * 8 + 8] == int(spec_image.IndexDtype.U64)
+        # feature_dim and feature_dtype share the 64-bit header word of index_dtype
+        for name in ("feature_dim", "feature_dtype"):
+            assert _field(spec_image.HEADER_FIELDS, name)[0] & ~7 == IMAGE_WORDS["index_dtype"]
+        dim_offset, dim_size = _field(spec_image.HEADER_FIELDS, "feature_dim")
+        feature_dim = image("index_dtype")[(dim_offset % 8) * 8:(dim_offset % 8 + dim_size) * 8]
+        fdtype_offset = _field(spec_image.HEADER_FIELDS, "feature_dtype")[0] % 8
+        feature_dtype = image("index_dtype")[fdtype_offset * 8:fdtype_offset * 8 + 8]
+        feature_size_log2 = Mux(feature_dtype == int(spec_image.FeatureDtype.FP32), 2,
+                                Mux((feature_dtype == int(spec_image.FeatureDtype.FP16))
+                                    | (feature_dtype == int(spec_image.FeatureDtype.BF16)), 1, 0))
         indptr_base = Signal(64)
         indices_base = Signal(64)
 
@@ -222,6 +235,12 @@ class SamplerKernel(wiring.Component):
         counts_capacity = desc("counts_capacity")
         result_ptr = desc("result_ptr")
         seed = desc("seed")
+        aggregate = (desc("flags") & int(Flags.AGGREGATE)) != 0
+        self_ptr = desc("self_ptr")
+        sum_ptr = desc("sum_ptr")
+        last_size = Signal(64)     # |F_{L-1}|
+        last_counts = Signal(64)   # c_{L-1}
+        feature_bytes = Signal(96)
 
         status = Signal(32)
         error_hop = Signal(32)
@@ -401,6 +420,21 @@ class SamplerKernel(wiring.Component):
         with m.If(job_reset):
             m.d.sync += have_half.eq(0)
 
+        # ---- the feature aggregator (AGGREGATE), after the last hop; reset with every command's start
+        # and end. While it runs, it owns the device-memory reader, storage port A and the writer
+        # (connected at the end of elaborate, after every other driver of those signals).
+        aggregator = FeatureAggregator(cfg.max_fanout)
+        m.submodules.aggregator = ResetInserter(job_reset)(aggregator)
+        aggregating = Signal()
+        parameters = aggregator.parameters
+        m.d.comb += [
+            parameters.entries.eq(last_size), parameters.nodes_ptr.eq(nodes_ptr),
+            parameters.wide_ids.eq(wide_ids), parameters.counts_addr.eq(counts_ptr + last_counts * 4),
+            parameters.features_base.eq(image_base + image("features")),
+            parameters.feature_dim.eq(feature_dim), parameters.feature_dtype.eq(feature_dtype),
+            parameters.self_ptr.eq(self_ptr), parameters.sum_ptr.eq(sum_ptr),
+        ]
+
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += control.idle.eq(1)
@@ -452,7 +486,8 @@ class SamplerKernel(wiring.Component):
                     (~(magic_ok & version_ok), Status.BAD_IMAGE, 0),
                     (desc("magic") != DESCRIPTOR_MAGIC, Status.BAD_DESCRIPTOR, "magic"),
                     (desc("version") != DESCRIPTOR_VERSION, Status.BAD_DESCRIPTOR, "version"),
-                    ((desc("flags") & ~SUPPORTED_FLAGS) != 0, Status.BAD_DESCRIPTOR, "flags"),
+                    (((desc("flags") & ~SUPPORTED_FLAGS) != 0) | (aggregate & (feature_dim == 0)),
+                     Status.BAD_DESCRIPTOR, "flags"),
                     (num_targets == 0, Status.BAD_DESCRIPTOR, "num_targets"),
                     ((num_hops == 0) | (num_hops > cfg.max_hops), Status.BAD_DESCRIPTOR, "num_hops"),
                 ]
@@ -464,6 +499,8 @@ class SamplerKernel(wiring.Component):
                     (nodes_ptr[:BUFFER_ALIGN.bit_length() - 1] != 0, Status.BAD_DESCRIPTOR, "nodes_ptr"),
                     (nodes_capacity < num_targets, Status.BAD_DESCRIPTOR, "nodes_capacity"),
                     (counts_ptr[:BUFFER_ALIGN.bit_length() - 1] != 0, Status.BAD_DESCRIPTOR, "counts_ptr"),
+                    (aggregate & (self_ptr[:BUFFER_ALIGN.bit_length() - 1] != 0), Status.BAD_DESCRIPTOR, "self_ptr"),
+                    (aggregate & (sum_ptr[:BUFFER_ALIGN.bit_length() - 1] != 0), Status.BAD_DESCRIPTOR, "sum_ptr"),
                     (result_ptr[:BUFFER_ALIGN.bit_length() - 1] != 0, Status.BAD_DESCRIPTOR, "result_ptr"),
                 ]
                 for n, (bad, code, field) in enumerate(checks):
@@ -484,7 +521,10 @@ class SamplerKernel(wiring.Component):
 
             # ---- hops
             with m.State("HOP"):
-                with m.If(hop == num_hops):
+                with m.If((hop == num_hops) & aggregate):
+                    m.d.sync += feature_bytes.eq(last_size * feature_dim)
+                    m.next = "FEATURES_CHECK"
+                with m.Elif(hop == num_hops):
                     m.next = "FINISH"
                 with m.Elif(counts_base + frontier_size > counts_capacity):
                     fail(Status.COUNTS_CAPACITY, hop_value=hop, value=counts_base + frontier_size)
@@ -501,7 +541,7 @@ class SamplerKernel(wiring.Component):
             def next_hop():
                 # the next frontier is read back from the node list: every append must have landed
                 m.d.sync += [counts_base.eq(counts_base + frontier_size), frontier_size.eq(written),
-                             hop.eq(hop + 1)]
+                             hop.eq(hop + 1), last_size.eq(frontier_size), last_counts.eq(counts_base)]
                 m.next = "HOP"
 
             drain_state("HOP_DRAIN", next_hop)
@@ -539,6 +579,26 @@ class SamplerKernel(wiring.Component):
                             m.d.comb += [jobs.w_en.eq(1), nodes_ahead.r_en.eq(1), indptr_pairs.r_en.eq(1)]
                             m.d.sync += [written.eq(written + count), frontier_index.eq(frontier_index + 1)]
                 abort_on_back_error()
+
+            # ---- AGGREGATE (section 5 step 5, then section 4): room for the self rows and the sums
+            # of the last frontier, then the feature aggregator
+            with m.State("FEATURES_CHECK"):  # feature_bytes = |F_{L-1}| x F
+                with m.If((feature_bytes << feature_size_log2) > desc("self_capacity")):
+                    fail(Status.FEATURES_CAPACITY, index_value=0, value=feature_bytes << feature_size_log2)
+                with m.Elif((feature_bytes << 2) > desc("sum_capacity")):
+                    fail(Status.FEATURES_CAPACITY, index_value=1, value=feature_bytes << 2)
+                with m.Else():
+                    m.next = "AGGREGATE"
+            with m.State("AGGREGATE"):
+                m.d.comb += [aggregating.eq(1), aggregator.start.eq(1)]
+                m.next = "AGGREGATE_WAIT"
+            with m.State("AGGREGATE_WAIT"):
+                m.d.comb += aggregating.eq(1)
+                with m.If(~aggregator.busy):
+                    with m.If(aggregator.error):
+                        fail(Status.STORAGE_ERROR, value=aggregator.error_address)
+                    with m.Else():
+                        m.next = "FINISH"
 
             # ---- result header, written last (never when result_ptr is unusable)
             with m.State("FINISH"):
@@ -697,4 +757,24 @@ class SamplerKernel(wiring.Component):
                 m.d.comb += back_error.eq(1)
                 with m.If(control.ready):
                     m.next = "C_IDLE"
+
+        # ---- the aggregator's ports, while it runs (overriding the idle hop-time drivers above)
+        with m.If(aggregating):
+            m.d.comb += [
+                mem.request.valid.eq(aggregator.mem_request.valid),
+                mem.request.payload.eq(aggregator.mem_request.payload),
+                aggregator.mem_request.ready.eq(mem.request.ready),
+                aggregator.mem_response.valid.eq(mem.response.valid),
+                aggregator.mem_response.payload.eq(mem.response.payload),
+                mem.response.ready.eq(aggregator.mem_response.ready),
+                port_a.request.valid.eq(aggregator.storage_request.valid),
+                port_a.request.payload.eq(aggregator.storage_request.payload),
+                aggregator.storage_request.ready.eq(port_a.request.ready),
+                aggregator.storage_response.valid.eq(port_a.response.valid),
+                aggregator.storage_response.payload.eq(port_a.response.payload),
+                port_a.response.ready.eq(aggregator.storage_response.ready),
+                writer.request.valid.eq(aggregator.write.valid),
+                writer.request.payload.eq(aggregator.write.payload),
+                aggregator.write.ready.eq(writer.request.ready),
+            ]
         return m

@@ -37,7 +37,7 @@ def _error_commands(graph, image_path, seed: int, config) -> list[tuple[CommandS
         cmd(bad, overrides={"magic": DESCRIPTOR_MAGIC ^ 1}),
         cmd(bad, overrides={"version": 2}),
         cmd(bad, flags=0x4),
-        cmd(bad, flags=int(Flags.AGGREGATE)),          # not built yet (issue 6): refused at `flags`
+        cmd(bad, flags=int(Flags.AGGREGATE)),          # on an image without features: refused at `flags`
         cmd(bad, overrides={"num_targets": 0}),
         cmd(bad, overrides={"num_hops": 0}),
         cmd(bad, overrides={"num_hops": config.max_hops + 1}),

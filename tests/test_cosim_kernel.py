@@ -14,6 +14,7 @@ import pytest
 from smartsage.cosim.graphs import edge_case_image
 from smartsage.cosim.runner import run_plan
 from smartsage.cosim.scoreboard import CommandSpec
+from smartsage.rtl.kernel import IMAGE_WORDS
 from smartsage.spec.config import CONFIGS
 from smartsage.spec.descriptor import Status
 from smartsage.spec.image import IndexDtype
@@ -85,7 +86,7 @@ def test_hub_read_cost_bounded_by_fanout(tmp_path):
     header = result.results[0]["header"]
     assert header["status"] == Status.OK and header["edges_sampled"] == k
     beat = config.data_bytes
-    header_words = 6  # image header words (rtl.kernel.IMAGE_WORDS)
+    header_words = len(IMAGE_WORDS)  # image header words read by the kernel
     assert header["storage_bytes"] == (header_words + 2 + k) * beat
     assert np.unique(result.results[0]["node_list"][1:]).size <= k
 

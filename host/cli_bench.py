@@ -126,7 +126,7 @@ def _traffic(console, image_path, image, fanouts, args) -> dict:
                 io = dict(sampler.io.__dict__)
             finally:
                 sampler.close()
-        out[backend] = {k: v / len(batches) for k, v in io.items()}
+        out[backend] = {k: None if v is None else v / len(batches) for k, v in io.items()}
     out["gather_only"] = {"bytes_to_host": gather_only / len(batches)}
     return out
 

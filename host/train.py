@@ -82,7 +82,9 @@ class _DeviceSampler:
         self.device = Device(backend, image_path, config)
         self.driver = SamplerDriver(self.device)
         self.image = self.device.image
-        self.io = IOCounters()
+        # The kernels report the bytes they read (result header) but not their read requests or pages:
+        # those fields are None ("not counted"), never a misleading 0.
+        self.io = IOCounters(storage_reads=None, storage_pages=None)
 
     def sample(self, targets, fanouts, seed, aggregate=True) -> DeviceBatch:
         before = self.device.link.bytes_to_host
@@ -222,7 +224,8 @@ class Trainer:
             "targets_per_s": order.size / seconds if seconds else None,
             "sampled_edges_per_s": edges / seconds if seconds else None,
             "sampled_edges": edges,
-            "io": {f.name: getattr(io, f.name) - getattr(io_before, f.name) for f in dataclasses.fields(io)},
+            "io": {f.name: None if getattr(io, f.name) is None else getattr(io, f.name) - getattr(io_before, f.name)
+                   for f in dataclasses.fields(io)},
         }
         record["val_acc"] = self.evaluate(self.val_nodes)
         record["test_acc"] = self.evaluate(self.test_nodes)

@@ -52,8 +52,8 @@ def drop_page_cache(path: str | os.PathLike) -> None:
 class IOCounters:
     """The I/O report every backend gives: storage reads, bytes from storage, bytes to the host."""
 
-    storage_reads: int = 0      # read requests issued to storage (pages for mmap, coalesced runs for direct)
-    storage_pages: int = 0      # distinct 4 KiB pages read
+    storage_reads: int | None = 0   # read requests issued to storage (pages for mmap, coalesced runs for direct)
+    storage_pages: int | None = 0   # distinct 4 KiB pages read (None: not counted by this backend)
     storage_bytes: int = 0      # bytes read from storage
     bytes_to_host: int = 0      # bytes that crossed the link to the host
 

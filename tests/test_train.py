@@ -34,7 +34,7 @@ def _train(backend, path, config=CONFIG):
 
 
 def test_same_seed_same_losses_on_every_software_backend(image_path):
-    runs = {backend: _train(backend, image_path) for backend in ("golden", "mmap", "direct")}
+    runs = {backend: _train(backend, image_path) for backend in ("golden", "hls", "mmap", "direct")}
     reference = [r["batch_losses"] for r in runs["golden"].history]
     for backend, trainer in runs.items():
         assert [r["batch_losses"] for r in trainer.history] == reference, backend

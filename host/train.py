@@ -82,14 +82,18 @@ class _DeviceSampler:
         self.device = Device(backend, image_path, config)
         self.driver = SamplerDriver(self.device)
         self.image = self.device.image
-        # The kernels report the bytes they read (result header) but not their read requests or pages:
-        # those fields are None ("not counted"), never a misleading 0.
-        self.io = IOCounters(storage_reads=None, storage_pages=None)
+        # The result header carries the bytes a kernel read, not its read requests or pages. A backend
+        # that accounts its requests (``last_stats``: the golden model, by the spec's read rule) reports
+        # them; for the others those fields are None ("not counted"), never a misleading 0.
+        self._counts_requests = hasattr(backend, "last_stats")
+        self.io = IOCounters(storage_reads=0 if self._counts_requests else None, storage_pages=None)
 
     def sample(self, targets, fanouts, seed, aggregate=True) -> DeviceBatch:
         before = self.device.link.bytes_to_host
         batch = self.driver.sample(targets, fanouts, seed, aggregate=aggregate)
         self.io.storage_bytes += int(batch.header.storage_bytes)
+        if self._counts_requests:
+            self.io.storage_reads += self.device.backend.last_stats.read_requests
         self.io.bytes_to_host += self.device.link.bytes_to_host - before
         return batch
 

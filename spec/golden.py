@@ -84,6 +84,9 @@ class SampleStats:
     rejections: int = 0          # draws rejected by the bounded-integer test
     feature_rows_read: int = 0   # AGGREGATE: |F_{L-1}| self rows + the last hop's sampled rows
     storage_bytes: int = 0
+    #: Storage read requests under the read rule: one per indptr pair, one burst per adjacency list with
+    #: 0 < d <= k, one per chosen entry when d > k, one per feature row.
+    read_requests: int = 0
 
 
 @dataclasses.dataclass
@@ -423,6 +426,7 @@ def _execute(image, fields: dict[str, int], targets: np.ndarray, config: KernelC
             error = (Status.NODE_OUT_OF_RANGE, hop, stop, int(f64[stop]))
         if error is not None and stop < valid.size:  # sample only the entries before the failing one
             stats.indptr_reads += 2                   # (the failing entry's degree was read)
+            stats.read_requests += 1
             valid = valid[:stop]
             used = np.zeros(uniq.size, bool)
             used[inverse[:stop]] = True
@@ -440,7 +444,10 @@ def _execute(image, fields: dict[str, int], targets: np.ndarray, config: KernelC
         stats.indptr_reads += 2 * valid.size
         stats.index_reads += int(n.sum())
         stats.draws += int(draws.sum())
-        stats.rejections += int(draws.sum()) - k * int(np.count_nonzero(degree_u[inverse] > k))
+        entry_degree = degree_u[inverse]
+        stats.rejections += int(draws.sum()) - k * int(np.count_nonzero(entry_degree > k))
+        stats.read_requests += valid.size + int(np.count_nonzero((entry_degree > 0) & (entry_degree <= k))) \
+            + k * int(np.count_nonzero(entry_degree > k))
         node_parts.append(neighbors.astype(id_dtype, copy=False))
         count_parts.append(n.astype(np.uint32))
         if error is not None:
@@ -465,6 +472,7 @@ def _execute(image, fields: dict[str, int], targets: np.ndarray, config: KernelC
         last = node_list[:last_size]
         self_rows, sums = _aggregate(image, last, node_parts[-1], count_parts[-1])
         stats.feature_rows_read = last_size + node_parts[-1].size
+        stats.read_requests += stats.feature_rows_read
     result = ResultHeader(status=int(Status.OK), nodes_written=node_list.size, counts_written=counts.size,
                           edges_sampled=node_list.size - targets.size)
     result.storage_bytes = _storage_bytes(stats)
@@ -605,7 +613,7 @@ def sample(image, targets, fanouts, seed: int, aggregate: bool = False,
 
 
 def run_command(image, memory: np.ndarray, descriptor_addr: int,
-                config: KernelConfig = CONFIGS["default"]) -> ResultHeader:
+                config: KernelConfig = CONFIGS["default"], stats: SampleStats | None = None) -> ResultHeader:
     """Execute the command whose descriptor lies at ``descriptor_addr`` of ``memory`` (device level).
 
     ``memory`` is the device memory: a writable 1-D ``uint8`` array, address 0 = ``memory[0]``.
@@ -615,7 +623,8 @@ def run_command(image, memory: np.ndarray, descriptor_addr: int,
     at ``result_ptr``, and never writes outside those buffers. Device memory is modelled as the bus
     does: a read past its end ends the command with STORAGE_ERROR and a write past its end with
     OUTPUT_ERROR (error_value: the first address past the end). A misaligned ``result_ptr``, or one
-    whose header would not fit, leaves memory untouched. Returns the result header.
+    whose header would not fit, leaves memory untouched. Returns the result header; a ``stats`` object,
+    if given, receives the command's read-cost accounting (:class:`SampleStats`).
 
     Raises
     ------
@@ -648,6 +657,9 @@ def run_command(image, memory: np.ndarray, descriptor_addr: int,
     else:
         targets = np.zeros(0, np.uint8)  # the checks fail before any target is read
     result = _execute(image, fields, targets, config)
+    if stats is not None:  # the read-cost accounting of the command, for the caller's I/O report
+        for field in dataclasses.fields(SampleStats):
+            setattr(stats, field.name, getattr(result.stats, field.name))
     if not _image_ok(image):
         return finish(result.header)
     id_size = image.header.index_dtype.itemsize

@@ -185,6 +185,7 @@ def sample_scalar(image, targets, fanouts, seed: int, aggregate: bool = False,
                 return result(Status.NODE_OUT_OF_RANGE, hop=hop, index=i, value=v)
             start, end = int(indptr[v]), int(indptr[v + 1])
             stats.indptr_reads += 2
+            stats.read_requests += 1                          # the indptr pair
             n = min(end - start, k)
             if len(nodes) + n > nodes_cap:
                 return result(Status.NODES_CAPACITY, hop=hop, index=i, value=len(nodes) + n)
@@ -194,6 +195,8 @@ def sample_scalar(image, targets, fanouts, seed: int, aggregate: bool = False,
             stats.draws += draws
             stats.rejections += draws - (k if end - start > k else 0)
             stats.index_reads += n
+            degree = end - start
+            stats.read_requests += (1 if degree > 0 else 0) if degree <= k else k  # one burst, or k reads
             nodes.extend(int(indices[start + p]) for p in positions)
             counts.append(n)
         frontier_size = len(nodes)
@@ -216,6 +219,7 @@ def sample_scalar(image, targets, fanouts, seed: int, aggregate: bool = False,
         cursor += last_counts[i]
         sums.append(aggregate_scalar(rows, dtype, header.feature_dim))
         stats.feature_rows_read += 1 + len(rows)
+        stats.read_requests += 1 + len(rows)                  # one request per feature row
     if dtype is FeatureDtype.INT8:
         sums_array = np.array(sums, np.int32).reshape(last_size, header.feature_dim)
     else:

@@ -182,3 +182,21 @@ def test_cli_sample_baselines_equal_golden(image_path, tmp_path, backend):
     for key, value in outputs["golden"].items():
         if key not in ("backend", "header_storage_bytes"):  # the baselines count whole pages read
             assert value.tobytes() == outputs[backend][key].tobytes(), key
+
+
+@pytest.mark.parametrize("aggregate, expected", [(False, 9), (True, 9 + 3 + 8)])
+def test_golden_counts_read_requests_by_the_read_rule(tmp_path, aggregate, expected):
+    """Degrees 0, 3 and 10 with fanout 5: 3 indptr pairs, 0 + 1 burst + 5 single reads, then one request per
+    feature row (3 self rows, 0 + 3 + 5 sampled rows) when aggregating."""
+    from smartsage.host.train import open_sampler
+
+    path = tmp_path / "degrees.img"
+    indices = np.concatenate([[0, 1, 2], np.arange(10) % 3])
+    write_image(path, np.array([0, 0, 3, 13]), indices, features=np.ones((3, 2), np.float32))
+    sampler = open_sampler("golden", path)
+    try:
+        sampler.sample(np.array([0, 1, 2]), (5,), seed=4, aggregate=aggregate)
+        assert sampler.io.storage_reads == expected
+        assert sampler.io.storage_pages is None  # not counted by a kernel
+    finally:
+        sampler.close()

@@ -19,13 +19,19 @@ class GoldenBackend:
 
     name = "golden"
 
+    def __init__(self):
+        #: Read-cost accounting of the last command (read requests by the spec's read rule).
+        self.last_stats = golden.SampleStats()
+
     def execute(self, image: GraphImage, memory: np.ndarray, image_addr: int, descriptor_addr: int,
                 config: KernelConfig) -> None:
         if image_addr != 0:
             fields = Descriptor.unpack_raw(memory[descriptor_addr:descriptor_addr + 128].tobytes())
             ptr = fields["result_ptr"]
+            self.last_stats = golden.SampleStats()
             if ptr % BUFFER_ALIGN == 0 and ptr + RESULT_HEADER_SIZE <= memory.size:
                 memory[ptr:ptr + RESULT_HEADER_SIZE] = np.frombuffer(
                     ResultHeader(status=int(Status.BAD_IMAGE)).pack(), np.uint8)
             return
-        golden.run_command(image, memory, descriptor_addr, config)
+        self.last_stats = golden.SampleStats()
+        golden.run_command(image, memory, descriptor_addr, config, stats=self.last_stats)

@@ -40,22 +40,8 @@ class DeviceProtocolError(RuntimeError):
 
 
 def describe_status(header: ResultHeader) -> str:
-    try:
-        status = Status(header.status)
-    except ValueError:
-        return f"device returned unknown status code {header.status}"
-    h, i, v = header.error_hop, header.error_index, header.error_value
-    detail = {
-        Status.BAD_IMAGE: "",
-        Status.BAD_DESCRIPTOR: f" (field at byte offset {v})",
-        Status.NODE_OUT_OF_RANGE: f": node {v} at hop {h}, frontier position {i}",
-        Status.COUNTS_CAPACITY: f": hop {h} needs {v} entries",
-        Status.NODES_CAPACITY: f": hop {h}, frontier position {i} needs {v} entries",
-        Status.FEATURES_CAPACITY: f": the {'self' if i == 0 else 'sum'} buffer needs {v} bytes",
-        Status.STORAGE_ERROR: f" at storage address {v:#x}",
-        Status.OUTPUT_ERROR: f" at device address {v:#x}",
-    }.get(status, "")
-    return f"device status {status.name} ({status.meaning}){detail}"
+    """The message of a :class:`DeviceError`: ``device status`` and the header's own description."""
+    return f"device status {header.describe()}"
 
 
 def output_bounds(num_targets: int, fanouts: tuple[int, ...]) -> tuple[int, int, int]:

@@ -185,6 +185,26 @@ class ResultHeader:
     def spec_fields(self) -> dict[str, int]:
         return {name: int(getattr(self, name)) for name in RESULT_SPEC_FIELDS}
 
+    def describe(self) -> str:
+        """One line naming the status and what its ``error_*`` fields mean (docs/spec.md section 5)."""
+        try:
+            status = Status(self.status)
+        except ValueError:
+            return f"unknown status code {self.status}"
+        h, i, v = self.error_hop, self.error_index, self.error_value
+        detail = {
+            Status.OK: "",
+            Status.BAD_IMAGE: "",
+            Status.BAD_DESCRIPTOR: f" (field at byte offset {v})",
+            Status.NODE_OUT_OF_RANGE: f": node {v} at hop {h}, frontier position {i}",
+            Status.COUNTS_CAPACITY: f": hop {h} needs {v} entries",
+            Status.NODES_CAPACITY: f": hop {h}, frontier position {i} needs {v} entries",
+            Status.FEATURES_CAPACITY: f": the {'self' if i == 0 else 'sum'} buffer needs {v} bytes",
+            Status.STORAGE_ERROR: f" at storage address {v:#x}",
+            Status.OUTPUT_ERROR: f" at device address {v:#x}",
+        }[status]
+        return f"{status.name} ({status.meaning}){detail}"
+
 
 def descriptor_field_offset(name: str) -> int:
     for field, _, offset, _ in DESCRIPTOR_FIELDS:

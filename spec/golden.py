@@ -115,15 +115,8 @@ class GoldenResult:
 # --------------------------------------------------------------------------------------- helpers
 
 def status_message(header: ResultHeader) -> str:
-    """One line naming a result header's status and its error fields."""
-    try:
-        status = Status(header.status)
-    except ValueError:
-        return f"unknown status code {header.status}"
-    if status is Status.OK:
-        return "OK (success)"
-    return (f"{status.name} ({status.meaning}): hop {header.error_hop}, index {header.error_index}, "
-            f"value {header.error_value}")
+    """One line naming a result header's status and its error fields (:meth:`ResultHeader.describe`)."""
+    return header.describe()
 
 
 def hop_frontiers(node_list, counts, num_targets: int, fanouts) -> list[np.ndarray]:

@@ -1,4 +1,4 @@
-"""Small graphs and an instrumented image for the golden-model tests (not a test module)."""
+"""Shared test helpers: small graphs, an instrumented image and the reference CSR (not a test module)."""
 
 from __future__ import annotations
 
@@ -94,3 +94,22 @@ class CountingImage:
 
     def reads(self) -> dict[str, int]:
         return {"indptr": self.indptr.reads, "indices": self.indices.reads, "features": self.features.reads}
+
+
+def reference_csr(src, dst, num_nodes, symmetrize=False, drop_self_loops=False, drop_duplicates=False):
+    """The canonical CSR, the slow obvious way."""
+    src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+    if drop_self_loops:
+        keep = src != dst
+        src, dst = src[keep], dst[keep]
+    if symmetrize:
+        src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+    order = np.lexsort((dst, src))
+    src, dst = src[order], dst[order]
+    if drop_duplicates and len(src):
+        keep = np.ones(len(src), bool)
+        keep[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
+        src, dst = src[keep], dst[keep]
+    indptr = np.zeros(num_nodes + 1, np.int64)
+    np.cumsum(np.bincount(src, minlength=num_nodes), out=indptr[1:])
+    return indptr, dst

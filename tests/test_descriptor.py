@@ -80,3 +80,17 @@ def test_config_json_round_trip_and_names():
         get_config("nope")
     with pytest.raises(ValueError, match="Unknown kernel config fields: bogus"):
         KernelConfig.from_json('{"bogus": 1}')
+
+
+@pytest.mark.parametrize("header, text", [
+    (d.ResultHeader(), "OK (success)"),
+    (d.ResultHeader(status=d.Status.NODE_OUT_OF_RANGE, error_hop=1, error_index=4, error_value=99),
+     "NODE_OUT_OF_RANGE (node id out of range): node 99 at hop 1, frontier position 4"),
+    (d.ResultHeader(status=d.Status.FEATURES_CAPACITY, error_index=1, error_value=512),
+     "FEATURES_CAPACITY (feature output buffer too small): the sum buffer needs 512 bytes"),
+    (d.ResultHeader(status=d.Status.STORAGE_ERROR, error_value=0x1000),
+     "STORAGE_ERROR (storage read error) at storage address 0x1000"),
+    (d.ResultHeader(status=77), "unknown status code 77"),
+])
+def test_result_header_describes_its_status(header, text):
+    assert header.describe() == text

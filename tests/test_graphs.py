@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from golden_graphs import reference_csr
 
 from smartsage.host.graphs import DEFAULT_GRAPH, default_graph
 from smartsage.host.graphs.communities import NodeDataConfig, class_means, gaussian_table
@@ -34,24 +35,6 @@ SEED = 7
 def csr_edges(image: GraphImage) -> tuple[np.ndarray, np.ndarray]:
     indptr = image.indptr.astype(np.int64)
     return np.repeat(np.arange(image.num_nodes), np.diff(indptr)), image.indices.astype(np.int64)
-
-
-def reference_csr(src, dst, num_nodes, symmetrize=False, drop_self_loops=False, drop_duplicates=False):
-    src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
-    if drop_self_loops:
-        keep = src != dst
-        src, dst = src[keep], dst[keep]
-    if symmetrize:
-        src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
-    order = np.lexsort((dst, src))
-    src, dst = src[order], dst[order]
-    if drop_duplicates and len(src):
-        keep = np.ones(len(src), bool)
-        keep[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
-        src, dst = src[keep], dst[keep]
-    indptr = np.zeros(num_nodes + 1, np.int64)
-    np.cumsum(np.bincount(src, minlength=num_nodes), out=indptr[1:])
-    return indptr, dst
 
 
 # ---- R-MAT

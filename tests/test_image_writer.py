@@ -7,6 +7,7 @@ import pathlib
 
 import numpy as np
 import pytest
+from golden_graphs import reference_csr
 
 from smartsage.spec.image import (
     FLAG_NO_DUPLICATES,
@@ -22,25 +23,6 @@ from smartsage.spec.image import (
 from smartsage.spec.image_writer import MIN_MEMORY_BUDGET, ImageWriter, csr_block, parse_size
 
 SEED = 99
-
-
-def reference_csr(src, dst, num_nodes, symmetrize=False, drop_self_loops=False, drop_duplicates=False):
-    """The canonical CSR, the slow obvious way."""
-    src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
-    if drop_self_loops:
-        keep = src != dst
-        src, dst = src[keep], dst[keep]
-    if symmetrize:
-        src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
-    order = np.lexsort((dst, src))
-    src, dst = src[order], dst[order]
-    if drop_duplicates and len(src):
-        keep = np.ones(len(src), bool)
-        keep[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
-        src, dst = src[keep], dst[keep]
-    indptr = np.zeros(num_nodes + 1, np.int64)
-    np.cumsum(np.bincount(src, minlength=num_nodes), out=indptr[1:])
-    return indptr, dst
 
 
 def flags_of(symmetrize, drop_self_loops, drop_duplicates):

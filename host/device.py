@@ -28,7 +28,7 @@ from typing import Protocol
 import numpy as np
 
 from smartsage.spec.config import KernelConfig
-from smartsage.spec.descriptor import BUFFER_ALIGN, REGISTERS
+from smartsage.spec.descriptor import BUFFER_ALIGN, KERNEL_ARGUMENTS
 from smartsage.spec.image import GraphImage, verify_image
 
 __all__ = ["Device", "BufferObject", "Kernel", "Run", "RunState", "SyncDirection", "KernelBackend",
@@ -128,7 +128,7 @@ class Kernel:
     """The sampler kernel (``pyxrt.kernel``): call it with its register arguments to start a run."""
 
     #: Argument names in register order (after CTRL/GIE/IER/ISR), from the register map.
-    ARGUMENTS = tuple(name[:-3] for name, _, _, _ in REGISTERS if name.endswith("_lo"))
+    ARGUMENTS = tuple(KERNEL_ARGUMENTS)
 
     def __init__(self, device: Device):
         self.device = device

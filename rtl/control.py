@@ -11,7 +11,7 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from smartsage.spec.descriptor import REGISTERS
+from smartsage.spec.descriptor import KERNEL_ARGUMENTS, REGISTERS
 
 from .axi import AxiLiteSignature
 
@@ -38,24 +38,8 @@ def register_table_markdown() -> str:
     return "\n".join(lines)
 
 
-def _arguments() -> dict[str, tuple[int, int]]:
-    args = {}
-    for name, offset, _, _ in REGISTERS:
-        if offset < 0x10:
-            continue
-        base, half = name.rsplit("_", 1)
-        if half not in ("lo", "hi"):
-            raise ValueError(f"Kernel argument register {name!r} must end in _lo or _hi")
-        lo, hi = args.get(base, (None, None))
-        args[base] = (offset, hi) if half == "lo" else (lo, offset)
-    for base, (lo, hi) in args.items():
-        if lo is None or hi is None:
-            raise ValueError(f"Kernel argument {base!r} needs both _lo and _hi registers")
-    return args
-
-
-#: 64-bit kernel arguments: name -> (offset of bits 31:0, offset of bits 63:32).
-ARGUMENTS = _arguments()
+#: 64-bit kernel arguments: name -> (offset of bits 31:0, offset of bits 63:32), from the register map.
+ARGUMENTS = KERNEL_ARGUMENTS
 _CTRL, _GIE, _IER, _ISR = (register_offset(n) for n in ("CTRL", "GIE", "IER", "ISR"))
 assert max(off for _, off, _, _ in REGISTERS) < 1 << CONTROL_ADDRESS_WIDTH
 

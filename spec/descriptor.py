@@ -17,7 +17,7 @@ import struct
 __all__ = [
     "DESCRIPTOR_MAGIC", "DESCRIPTOR_VERSION", "DESCRIPTOR_SIZE", "RESULT_HEADER_SIZE",
     "SPEC_MAX_FANOUT", "SPEC_MAX_HOPS", "BUFFER_ALIGN", "Flags", "Status", "Descriptor",
-    "ResultHeader", "DESCRIPTOR_FIELDS", "RESULT_FIELDS", "REGISTERS",
+    "ResultHeader", "DESCRIPTOR_FIELDS", "RESULT_FIELDS", "REGISTERS", "KERNEL_ARGUMENTS",
 ]
 
 DESCRIPTOR_MAGIC = 0x43445353  # b"SSDC" little-endian
@@ -226,6 +226,25 @@ REGISTERS: tuple[tuple[str, int, str, str], ...] = (
     ("descriptor_lo", 0x18, "rw", "device-memory address of the descriptor, bits 31:0"),
     ("descriptor_hi", 0x1C, "rw", "device-memory address of the descriptor, bits 63:32"),
 )
+
+
+def _kernel_arguments() -> dict[str, tuple[int, int]]:
+    args: dict[str, list] = {}
+    for name, offset, _, _ in REGISTERS:
+        if offset < 0x10:
+            continue
+        base, half = name.rsplit("_", 1)
+        if half not in ("lo", "hi"):
+            raise ValueError(f"Kernel argument register {name!r} must end in _lo or _hi")
+        args.setdefault(base, [None, None])[half == "hi"] = offset
+    for base, (lo, hi) in args.items():
+        if lo is None or hi is None:
+            raise ValueError(f"Kernel argument {base!r} needs both _lo and _hi registers")
+    return {base: (lo, hi) for base, (lo, hi) in args.items()}
+
+
+#: 64-bit kernel arguments in register order: name -> (offset of bits 31:0, offset of bits 63:32).
+KERNEL_ARGUMENTS = _kernel_arguments()
 
 
 def c_header() -> str:

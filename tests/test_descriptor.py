@@ -94,3 +94,7 @@ def test_config_json_round_trip_and_names():
 ])
 def test_result_header_describes_its_status(header, text):
     assert header.describe() == text
+
+
+def test_kernel_arguments_come_from_the_register_map():
+    assert d.KERNEL_ARGUMENTS == {"image": (0x10, 0x14), "descriptor": (0x18, 0x1C)}

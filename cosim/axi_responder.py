@@ -97,10 +97,13 @@ class AxiReadResponder(_Clocked):
         ``ready_cycle(request) -> cycle`` at which the data may start to return (timing model).
     backpressure :
         Random AR stalls and R idle cycles.
+    accepted :
+        Optional ``accepted(request)``, called once per AR handshake, in issue order, when the
+        transaction is accepted (before any of its data returns): the accounting hook of the storage model.
     """
 
     def __init__(self, dut, prefix: str, clock, period_ps: int, read, ready_cycle, backpressure: Backpressure,
-                 salt: int = 0):
+                 salt: int = 0, accepted: Callable[[ReadRequest], None] | None = None):
         super().__init__(clock, period_ps)
         sig = lambda name: getattr(dut, f"{prefix}__{name}")  # noqa: E731
         self.arvalid, self.arready = sig("arvalid"), sig("arready")
@@ -109,6 +112,7 @@ class AxiReadResponder(_Clocked):
         self.rdata, self.rresp, self.rlast = sig("rdata"), sig("rresp"), sig("rlast")
         self.read = read
         self.ready_cycle = ready_cycle
+        self.accepted = accepted
         self._stall_ar = backpressure.generator(salt * 2 + 1)
         self._idle_r = backpressure.generator(salt * 2 + 2)
         self._pending: collections.deque[ReadRequest] = collections.deque()
@@ -136,6 +140,8 @@ class AxiReadResponder(_Clocked):
                 request = ReadRequest(int(self.araddr.value), int(self.arlen.value) + 1,
                                       1 << int(self.arsize.value), self.cycle())
                 self._pending.append(request)
+                if self.accepted is not None:
+                    self.accepted(request)
                 self._arrived.set()
             self.arready.value = 0 if self._stall_ar() else 1
 

@@ -116,7 +116,7 @@ def measure_image(config: KernelConfig, path, fanouts=(25, 10), batch: int = 102
             "cycles_per_edge": cycles / edges, "cycles_per_edge_per_lane": cycles / edges * LANES_BUILT,
             "cosim_wall_s": result["wall_s"], "cosim_cycles_per_s": result["cycles"] / result["wall_s"],
             "cosim_edges_per_s": edges / result["wall_s"],
-            "storage_transactions": result["storage_transactions"],
+            "storage_transactions": result["storage_transactions"], "storage_pages": result["storage_pages"],
         }
         # 3: bytes to the host vs mmap
         id_bytes = image.header.index_dtype.itemsize

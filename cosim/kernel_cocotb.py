@@ -98,6 +98,7 @@ async def run_plan(dut):
             "sums": memory[layout.sums:layout.sums + layout.sum_bytes].tobytes().hex()
             if ok and layout.sum_bytes else "",
             "storage": tb.storage.stats(), "storage_transactions": tb.storage_port.transactions,
+            **outcome["storage_account"],  # this command's AXI reads on m_axi_storage (storage.ReadAccount)
         })
         if problems:
             failures.append(f"command {number} (seed {spec.seed}, fanouts {spec.fanouts}, "
@@ -153,7 +154,8 @@ async def _run_raw(dut, tb, plan, config, image) -> None:
                 first = int(np.flatnonzero(masked != reference)[0])
                 problems.append(f"device memory differs from golden, first at {first:#x}")
     summary = {"results": [{"command": 0, "problems": problems, "cycles": outcome["cycles"],
-                            "wall_s": outcome["wall_s"], "header": None, "storage": tb.storage.stats()}],
+                            "wall_s": outcome["wall_s"], "header": None, "storage": tb.storage.stats(),
+                            **outcome["storage_account"]}],
                "wall_s": outcome["wall_s"], "cycles": tb.cycle()}
     with open(os.environ["SMARTSAGE_COSIM_RESULTS"], "w") as f:
         json.dump(summary, f)

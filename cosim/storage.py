@@ -10,6 +10,11 @@ cost nothing to attach. Timing is computed per AXI transaction from the 4 KiB pa
 - ``ideal`` memory answers after a fixed small latency (``ideal_latency_cycles``), the upper bound.
 
 Defaults are the Samsung PM983 3.84 TB (the SmartSSD's SSD): 85 us, 540 K IOPS, 3.2 GB/s.
+
+Besides timing, the model accounts what the kernel asked of its storage, per command
+(:class:`ReadAccount`): one *storage read* is one AXI read transaction (one AR handshake on
+``m_axi_storage``, whatever its burst length), counted when the kernel issues it; with it the beats,
+the bytes (beats x the beat size), and the distinct 4 KiB storage pages the transactions touched.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import os
 
 from .axi_responder import RESP_DECERR, RESP_OKAY, RESP_SLVERR, ReadRequest
 
-__all__ = ["SsdTiming", "PM983", "IDEAL", "StorageModel", "PAGE_BYTES"]
+__all__ = ["SsdTiming", "PM983", "IDEAL", "StorageModel", "ReadAccount", "PAGE_BYTES"]
 
 PAGE_BYTES = 4096
 
@@ -71,6 +76,41 @@ PM983 = SsdTiming()
 IDEAL = SsdTiming(ideal=True)
 
 
+@dataclasses.dataclass
+class ReadAccount:
+    """The AXI read transactions a kernel issued on its storage port (one command's worth).
+
+    Members
+    -------
+    transactions : int
+        AR handshakes: one storage read each, whatever the burst length.
+    beats : int
+        Data beats requested (sum of ``arlen + 1``).
+    bytes : int
+        Bytes requested (sum of beats x beat size; the beat size is ``1 << arsize``).
+    pages : set of int
+        Distinct 4 KiB storage pages (storage address // 4096) the transactions touched.
+    """
+
+    transactions: int = 0
+    beats: int = 0
+    bytes: int = 0
+    pages: set[int] = dataclasses.field(default_factory=set)
+
+    def add(self, request: ReadRequest) -> None:
+        self.transactions += 1
+        self.beats += request.beats
+        self.bytes += request.nbytes
+        first = request.address // PAGE_BYTES
+        last = (request.address + max(request.nbytes, 1) - 1) // PAGE_BYTES
+        self.pages.update(range(first, last + 1))
+
+    def to_dict(self) -> dict:
+        """The JSON form in co-simulation results (``storage_reads``, ..., ``storage_pages`` as a count)."""
+        return {"storage_reads": self.transactions, "storage_beats": self.beats, "storage_read_bytes": self.bytes,
+                "storage_pages": len(self.pages)}
+
+
 class StorageModel:
     """Reads from the memory-mapped image with SSD timing; counts pages, hits and flash reads.
 
@@ -105,6 +145,17 @@ class StorageModel:
         self.bytes_read = 0
         self.first_flash_cycle: float | None = None
         self.last_flash_cycle = 0.0
+        #: What the kernel issued since :meth:`begin_command` (all of it, when never called).
+        self.command = ReadAccount()
+
+    def begin_command(self) -> ReadAccount:
+        """Start a new command's accounting; returns the fresh :class:`ReadAccount`."""
+        self.command = ReadAccount()
+        return self.command
+
+    def accept(self, request: ReadRequest) -> None:
+        """The responder's hook: the kernel issued ``request`` (one AR handshake)."""
+        self.command.add(request)
 
     def close(self) -> None:
         self._map.close()

@@ -60,7 +60,8 @@ class KernelTB:
         self.storage = StorageModel(image_path, timing, config.clock_mhz, base=image_base)
         self.memory = DeviceMemory(64)
         self.storage_port = AxiReadResponder(dut, "m_axi_storage", dut.clk, self.period_ps, self.storage.read,
-                                             self.storage.ready_cycle, backpressure, salt=1)
+                                             self.storage.ready_cycle, backpressure, salt=1,
+                                             accepted=self.storage.accept)
         self.memory_read_port = AxiReadResponder(
             dut, "m_axi_mem", dut.clk, self.period_ps, lambda r: self.memory.read(r),
             lambda r: r.cycle + DEVICE_MEMORY_LATENCY, backpressure, salt=2)
@@ -90,11 +91,13 @@ class KernelTB:
         self.memory.writes.clear()
 
     async def run_command(self, descriptor_addr: int, watchdog_cycles: int, image_offset: int = 0) -> dict:
-        """Start one command and wait for ap_done (interrupt); returns timing and whether it hung."""
+        """Start one command and wait for ap_done (interrupt); returns timing, whether it hung and the
+        storage reads it issued (``storage_account``: :meth:`~smartsage.cosim.storage.ReadAccount.to_dict`)."""
         await self.write_argument("image", self.image_base + image_offset)
         await self.write_argument("descriptor", descriptor_addr)
         await self.control.write_dword(register_offset("GIE"), 1)
         await self.control.write_dword(register_offset("IER"), 1)
+        self.storage.begin_command()  # the kernel is idle: every storage read from here on is this command's
         start_wall = time.perf_counter()
         start_cycle = self.cycle()
         await self.control.write_dword(register_offset("CTRL"), CTRL_AP_START)
@@ -108,5 +111,6 @@ class KernelTB:
         await self.control.write_dword(register_offset("ISR"), isr)  # toggle-on-write clears
         after = await self.read_register("CTRL")
         return {"hung": hung, "ctrl": ctrl, "ctrl_after_read": after, "isr": isr,
+                "storage_account": self.storage.command.to_dict(),
                 "interrupt_after_clear": int(self.dut.interrupt.value),
                 "cycles": end_cycle - start_cycle, "wall_s": wall}

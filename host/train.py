@@ -82,18 +82,21 @@ class _DeviceSampler:
         self.device = Device(backend, image_path, config)
         self.driver = SamplerDriver(self.device)
         self.image = self.device.image
-        # The result header carries the bytes a kernel read, not its read requests or pages. A backend
-        # that accounts its requests (``last_stats``: the golden model, by the spec's read rule) reports
-        # them; for the others those fields are None ("not counted"), never a misleading 0.
-        self._counts_requests = hasattr(backend, "last_stats")
-        self.io = IOCounters(storage_reads=0 if self._counts_requests else None, storage_pages=None)
+        # Every device backend accounts its last command's storage reads in ``last_stats`` (SampleStats):
+        # golden by the spec's read rule, hls and rtl the reads their kernels issued (docs/user-guide.md,
+        # section 4). Pages: the per-command distinct pages of the backends that count them (``counts_pages``);
+        # None for the golden model, whose read rule counts requests and bytes, not pages.
+        self._counts_pages = bool(getattr(backend, "counts_pages", False))
+        self.io = IOCounters(storage_reads=0, storage_pages=0 if self._counts_pages else None)
 
     def sample(self, targets, fanouts, seed, aggregate=True) -> DeviceBatch:
         before = self.device.link.bytes_to_host
         batch = self.driver.sample(targets, fanouts, seed, aggregate=aggregate)
+        stats = self.device.backend.last_stats
         self.io.storage_bytes += int(batch.header.storage_bytes)
-        if self._counts_requests:
-            self.io.storage_reads += self.device.backend.last_stats.read_requests
+        self.io.storage_reads += int(stats.read_requests)
+        if self._counts_pages:
+            self.io.storage_pages += int(stats.storage_pages)
         self.io.bytes_to_host += self.device.link.bytes_to_host - before
         return batch
 

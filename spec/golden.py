@@ -87,6 +87,9 @@ class SampleStats:
     #: Storage read requests under the read rule: one per indptr pair, one burst per adjacency list with
     #: 0 < d <= k, one per chosen entry when d > k, one per feature row.
     read_requests: int = 0
+    #: Distinct 4 KiB storage pages the reads touched; None where an implementation does not count them
+    #: (the golden model does not; the HLS and RTL backends count the pages of the reads they issued).
+    storage_pages: int | None = None
 
 
 @dataclasses.dataclass

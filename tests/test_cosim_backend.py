@@ -134,7 +134,8 @@ def test_rtl_device_backend_aggregates_through_the_driver(tmp_path):
     path = tmp_path / "g.img"
     _featured_image(path, seed, "fp16", dim=7)
     targets = np.array([3, 9, 9, 150], np.uint32)
-    device = Device(RtlBackend(seed_backpressure=seed), path, CONFIGS["small"], memory_size=1 << 20)
+    backend = RtlBackend(seed_backpressure=seed)
+    device = Device(backend, path, CONFIGS["small"], memory_size=1 << 20)
     try:
         batch = SamplerDriver(device).sample(targets, (2, 3), seed, aggregate=True)
         want = golden_sample(device.image, targets, (2, 3), seed, aggregate=True, config=CONFIGS["small"])
@@ -143,3 +144,7 @@ def test_rtl_device_backend_aggregates_through_the_driver(tmp_path):
     assert batch.header.spec_fields() == want.header.spec_fields()
     assert batch.self_rows.tobytes() == want.self_rows.tobytes()
     assert batch.sums.tobytes() == want.sums.tobytes()
+    # the storage model's count of the AXI reads the kernel issued: their bytes are the kernel's own counter
+    stats = backend.last_stats
+    assert stats.storage_bytes == batch.header.storage_bytes > 0
+    assert 0 < stats.storage_pages <= stats.read_requests <= stats.storage_bytes // CONFIGS["small"].data_bytes

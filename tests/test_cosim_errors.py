@@ -74,3 +74,16 @@ def test_every_error_class(tmp_path):
     misaligned_result = next(i for i, (c, _) in enumerate(cases) if c.overrides.get("result_ptr"))
     expected[misaligned_result] = None  # no header is written (the scoreboard checked memory is untouched)
     assert got == expected
+    # The storage model's per-command accounting of the AXI reads on m_axi_storage, under backpressure and
+    # on every error path: transactions x beats give the kernel's own byte counter (the result header's
+    # storage_bytes counts (arlen + 1) x data bytes per AR handshake), and the commands' counts add up to
+    # every transaction the storage port served.
+    beat = config.data_bytes
+    for number, r in enumerate(result.results):
+        assert r["storage_read_bytes"] == r["storage_beats"] * beat, number
+        assert r["storage_reads"] <= r["storage_beats"] and r["storage_pages"] <= r["storage_beats"], number
+        assert (r["storage_reads"] == 0) == (r["storage_pages"] == 0), number
+        if r["header"]:
+            assert r["header"]["storage_bytes"] == r["storage_read_bytes"], number
+    assert sum(r["storage_reads"] for r in result.results) == result.results[-1]["storage_transactions"]
+    assert result.results[-1]["storage_reads"] > 0  # the OK command read its image

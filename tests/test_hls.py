@@ -108,6 +108,17 @@ def assert_same(expected: golden.GoldenResult, got: golden.GoldenResult) -> None
     # the read-cost accounting follows the same rule
     assert got.header.storage_bytes == expected.header.storage_bytes
     assert (got.stats.draws, got.stats.rejections) == (expected.stats.draws, expected.stats.rejections)
+    assert_storage_reads(expected, got)
+
+
+def assert_storage_reads(expected: golden.GoldenResult, got: golden.GoldenResult) -> None:
+    """The harness's count: one read per element the kernel loads (2 indptr entries per frontier entry,
+    one per sampled index entry, one per feature element of each row read), bytes = storage_bytes."""
+    rule = expected.stats
+    dim = 0 if expected.self_rows is None else expected.self_rows.shape[1]
+    assert got.stats.read_requests == rule.indptr_reads + rule.index_reads + rule.feature_rows_read * dim
+    assert got.stats.storage_bytes == got.header.storage_bytes
+    assert 0 < got.stats.storage_pages <= got.stats.read_requests
 
 
 # ------------------------------------------------------------------------- headers and the RNG
@@ -176,6 +187,26 @@ def test_sample_matches_golden(tmp_path, gen, dtype, fanouts):
             assert expected.ok
             got = hls.sample(image, targets, fanouts, seed, aggregate=aggregate)
             assert_same(expected, got)
+
+
+def test_storage_pages_are_the_distinct_pages_read(tmp_path, gen):
+    """The hub alone, one hop: the indptr page of its two entries and the pages of its k chosen index entries."""
+    from smartsage.spec import rng
+    from smartsage.spec.image import PAGE_SIZE, SectionKind
+
+    image = make_image(tmp_path, gen, "fp32", dim=2, hub_degree=5000)
+    with image:
+        k, seed = 12, 99
+        got = hls.sample(image, [0], (k,), seed)
+        positions, _ = hls.sample_positions(rng.node_key(rng.hop_key(rng.command_key(seed), 0), 0), 5000, k)
+        indptr = image.header.section(SectionKind.INDPTR).offset
+        indices = image.header.section(SectionKind.INDICES).offset
+        begin = int(image.indptr[0])
+        pages = {indptr // PAGE_SIZE, (indptr + 15) // PAGE_SIZE}
+        pages |= {(indices + (begin + p) * 4) // PAGE_SIZE for p in positions}
+    assert got.stats.read_requests == 2 + k
+    assert got.stats.storage_bytes == 2 * 8 + k * 4
+    assert got.stats.storage_pages == len(pages) > 1
 
 
 def test_u64_indices_and_large_fanout(tmp_path, gen):
@@ -481,6 +512,10 @@ def test_sanitizer_build_clean(tmp_path, gen):
             expected = golden.run_command(image, gold_mem, daddr)
             for name, value in expected.spec_fields().items():
                 assert fields[name] == value, (n, name)
+            # the harness's storage accounting: its bytes are the result header's storage_bytes
+            assert fields["storage_read_bytes"] == fields["storage_bytes"], n
+            assert fields["storage_reads"] <= fields["storage_read_bytes"] <= 8 * fields["storage_reads"], n
+            assert fields["storage_pages"] <= fields["storage_reads"], n
             after = np.fromfile(mem_out, np.uint8)
             assert after.size == memory.size
             if exact:

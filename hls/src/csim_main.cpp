@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
         return 2;
     }
     uint8_t result[SMARTSAGE_RESULT_HEADER_SIZE];
-    uint64_t counters[2];
+    uint64_t counters[SMARTSAGE_RUN_COUNTERS];
     char error[256];
     const int status = smartsage_run(storage.get(), storage_size, 0, memory.get(), memory_size, descriptor,
                                      uint32_t(max_fanout), uint32_t(max_hops), result, counters, error,
@@ -85,10 +85,12 @@ int main(int argc, char** argv) {
     static_assert(sizeof record == sizeof result, "result record size");
     memcpy(&record, result, sizeof record);
     printf("status=%u\nerror_hop=%u\nerror_index=%llu\nerror_value=%llu\nnodes_written=%llu\n"
-           "counts_written=%llu\nedges_sampled=%llu\nstorage_bytes=%llu\ndraws=%llu\n",
+           "counts_written=%llu\nedges_sampled=%llu\nstorage_bytes=%llu\ndraws=%llu\nstorage_reads=%llu\n"
+           "storage_read_bytes=%llu\nstorage_pages=%llu\n",
            record.status, record.error_hop, (unsigned long long)record.error_index,
            (unsigned long long)record.error_value, (unsigned long long)record.nodes_written,
            (unsigned long long)record.counts_written, (unsigned long long)record.edges_sampled,
-           (unsigned long long)record.storage_bytes, (unsigned long long)counters[0]);
+           (unsigned long long)record.storage_bytes, (unsigned long long)counters[0],
+           (unsigned long long)counters[2], (unsigned long long)counters[3], (unsigned long long)counters[4]);
     return status == 1 ? 0 : 1;
 }

@@ -25,6 +25,7 @@
 #pragma GCC diagnostic ignored "-Wunused-label"
 
 #include <exception>
+#include <vector>
 
 namespace smartsage {
 namespace {
@@ -114,11 +115,31 @@ inline void store_le(uint8_t* port, uint64_t addr, uint64_t value, unsigned byte
     }
 }
 
-// A read port (storage, or the device memory's read side) with its window and byte counter.
+// A read port (storage, or the device memory's read side) with its window and, in C simulation, the
+// harness's storage accounting (null for the device memory and under synthesis).
 struct ReadPort {
     const uint8_t* data;
     uint64_t size;
+    StorageTally* tally;
 };
+
+// One storage read of `bytes` at `addr` into the harness's accounting (StorageTally).
+inline void tally_read(StorageTally* tally, uint64_t addr, unsigned bytes) {
+    tally->reads += 1;
+    tally->bytes += bytes;
+    if (!tally->page_bits) return;
+count_pages:
+    for (uint64_t page = addr / SMARTSAGE_IMAGE_PAGE_SIZE; page <= (addr + bytes - 1) / SMARTSAGE_IMAGE_PAGE_SIZE;
+         ++page) {
+        if (page >= tally->page_count) break;
+        uint64_t& word = tally->page_bits[page / 64];
+        const uint64_t bit = uint64_t(1) << (page % 64);
+        if (!(word & bit)) {
+            word |= bit;
+            tally->pages += 1;
+        }
+    }
+}
 
 // Reads `bytes` at base + offset into *value; a bus error sets *error (STORAGE_ERROR, the address).
 inline bool bus_read(ReadPort port, uint64_t base, uint64_t offset, unsigned bytes, uint64_t* value,
@@ -129,6 +150,9 @@ inline bool bus_read(ReadPort port, uint64_t base, uint64_t offset, unsigned byt
     }
     *value = load_le(port.data, base + offset, bytes);
     *bytes_read += bytes;
+#ifndef __SYNTHESIS__
+    if (port.tally) tally_read(port.tally, base + offset, bytes);
+#endif
     return true;
 }
 
@@ -789,8 +813,9 @@ bool run_core(ReadPort storage, ReadPort indices, ReadPort features, uint64_t im
     }
     ImageInfo image = {};
     uint64_t storage_bytes = 0;
-    uint64_t header_bytes = 0;  // the image header is not counted in storage_bytes
-    if (read_image_header(storage, image_addr, &image, &error, &header_bytes))
+    uint64_t header_bytes = 0;  // the image header is not counted in storage_bytes, nor in the tally
+    const ReadPort header_port = {storage.data, storage.size, nullptr};
+    if (read_image_header(header_port, image_addr, &image, &error, &header_bytes))
         error = check_descriptor(command, image, limits);
     // The targets' burst: a window the read engine must be able to fetch before hop 0 starts.
     if (error.status == SMARTSAGE_STATUS_OK &&
@@ -849,10 +874,10 @@ bool run_core(ReadPort storage, ReadPort indices, ReadPort features, uint64_t im
 
 bool run_command(const uint8_t* storage, uint64_t storage_size, uint64_t image_addr, uint8_t* memory,
                  uint64_t memory_size, uint64_t descriptor_addr, BuildLimits limits, ResultRecord* result,
-                 SampleCounters* counters) {
-    const ReadPort storage_port = {storage, storage_size};
+                 SampleCounters* counters, StorageTally* tally) {
+    const ReadPort storage_port = {storage, storage_size, tally};
     const WritePort memory_write = {memory, memory_size};
-    return run_core(storage_port, storage_port, storage_port, image_addr, ReadPort{memory, memory_size},
+    return run_core(storage_port, storage_port, storage_port, image_addr, ReadPort{memory, memory_size, nullptr},
                     memory_write, memory_write, descriptor_addr, limits, result, counters);
 }
 
@@ -883,13 +908,15 @@ extern "C" void smartsage_kernel(const uint8_t* storage, const uint8_t* storage_
     // Each dataflow process reads through its own argument (one reader per argument in a dataflow
     // region); the arguments alias the same storage.
     const uint64_t everything = ~uint64_t(0);
-    smartsage::run_core(smartsage::ReadPort{storage, everything}, smartsage::ReadPort{storage_indices, everything},
-                        smartsage::ReadPort{storage_features, everything}, image,
-                        smartsage::ReadPort{memory_in, everything}, smartsage::WritePort{memory_out, everything},
+    smartsage::run_core(smartsage::ReadPort{storage, everything, nullptr},
+                        smartsage::ReadPort{storage_indices, everything, nullptr},
+                        smartsage::ReadPort{storage_features, everything, nullptr}, image,
+                        smartsage::ReadPort{memory_in, everything, nullptr},
+                        smartsage::WritePort{memory_out, everything},
                         smartsage::WritePort{memory_features, everything}, descriptor, limits, &result, &counters);
 }
 
-extern "C" uint32_t smartsage_abi_version(void) { return 1; }
+extern "C" uint32_t smartsage_abi_version(void) { return 2; }
 
 // The RNG and the sampling rule on their own, for the test vectors of tests/vectors/rng.json.
 extern "C" uint32_t smartsage_rng_mix32(uint32_t x) { return uint32_t(smartsage::mix32(x)); }
@@ -935,13 +962,18 @@ extern "C" int smartsage_run(const uint8_t* storage, uint64_t storage_size, uint
         }
         smartsage::ResultRecord result;
         smartsage::SampleCounters counters;
+        // One bit per 4 KiB page of the storage: the distinct pages the command's reads touch.
+        const uint64_t page_count = storage_size / SMARTSAGE_IMAGE_PAGE_SIZE + 1;
+        std::vector<uint64_t> page_bits(page_count / 64 + 1, 0);
+        smartsage::StorageTally tally = {0, 0, 0, page_bits.data(), page_count};
         const bool written = smartsage::run_command(storage, storage_size, image_addr, memory, memory_size,
                                                     descriptor_addr, smartsage::BuildLimits{max_fanout, max_hops},
-                                                    &result, &counters);
+                                                    &result, &counters, &tally);
         memcpy(result_out, &result, sizeof result);
         if (counters_out) {
-            counters_out[0] = counters.draws;
-            counters_out[1] = counters.rejections;
+            const uint64_t words[SMARTSAGE_RUN_COUNTERS] = {counters.draws, counters.rejections, tally.reads,
+                                                            tally.bytes, tally.pages};
+            memcpy(counters_out, words, sizeof words);
         }
         static_assert(sizeof(smartsage::ResultRecord) == SMARTSAGE_RESULT_HEADER_SIZE, "result record size");
         return written ? 1 : 0;

@@ -49,6 +49,19 @@ struct SampleCounters {
     uint64_t rejections;  // draws rejected by the bounded-integer test
 };
 
+// Storage accounting of the C-simulation harness (not part of the result header, not synthesized).
+// One storage read is one access the kernel makes through a storage port: one bus_read of one
+// element (1, 2, 4 or 8 bytes: an indptr entry, an index entry, one feature element), counted when it
+// succeeds; the image header's reads are not counted, as in the result header's storage_bytes. (Vitis
+// HLS may widen and burst consecutive accesses on the m_axi port; C simulation has no bus to do so.)
+struct StorageTally {
+    uint64_t reads;        // accesses
+    uint64_t bytes;        // their bytes: equals the result header's storage_bytes
+    uint64_t pages;        // distinct 4 KiB storage pages they touched (0 when page_bits is null)
+    uint64_t* page_bits;   // harness-owned bitmap, one bit per storage page, or null: pages not counted
+    uint64_t page_count;   // pages the bitmap covers
+};
+
 // Limits of the kernel build a command is checked against (run time in C simulation).
 struct BuildLimits {
     uint32_t max_fanout;  // 1..SMARTSAGE_MAX_FANOUT
@@ -58,9 +71,10 @@ struct BuildLimits {
 // Runs one command. `storage` holds `storage_size` bytes (the image lies at `image_addr`), `memory`
 // holds `memory_size` bytes of device memory (address 0 is memory[0]). Fills `*result` and returns
 // true when the result header was also written to memory at the descriptor's result_ptr.
+// `tally`, when not null, accumulates the command's storage reads (StorageTally).
 bool run_command(const uint8_t* storage, uint64_t storage_size, uint64_t image_addr, uint8_t* memory,
                  uint64_t memory_size, uint64_t descriptor_addr, BuildLimits limits, ResultRecord* result,
-                 SampleCounters* counters);
+                 SampleCounters* counters, StorageTally* tally);
 
 }  // namespace smartsage
 
@@ -77,6 +91,9 @@ extern "C" void smartsage_kernel(const uint8_t* storage, const uint8_t* storage_
 // C-simulation entry for the ctypes binding (host/backends/hls.py). Returns 1 when the result header
 // was written to memory, 0 when it could not be (misaligned or unreachable result_ptr, unreadable
 // descriptor), and -1 on an internal error of the simulation (message in `error`, never expected).
+// `counters_out` (SMARTSAGE_RUN_COUNTERS words, or null): draws, rejections, then the StorageTally's
+// reads, bytes and distinct pages of the command.
+#define SMARTSAGE_RUN_COUNTERS 5
 extern "C" int smartsage_run(const uint8_t* storage, uint64_t storage_size, uint64_t image_addr,
                              uint8_t* memory, uint64_t memory_size, uint64_t descriptor_addr,
                              uint32_t max_fanout, uint32_t max_hops, uint8_t* result_out,

@@ -18,6 +18,8 @@ class GoldenBackend:
     """
 
     name = "golden"
+    #: The read rule counts requests and bytes, not pages: ``last_stats.storage_pages`` stays None.
+    counts_pages = False
 
     def __init__(self):
         #: Read-cost accounting of the last command (read requests by the spec's read rule).

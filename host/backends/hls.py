@@ -16,6 +16,7 @@ RNG constants: :func:`spec_constants_header`) are written by
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import hashlib
 import os
 import pathlib
@@ -59,7 +60,8 @@ from smartsage.spec.image import (
 __all__ = [
     "HLS_ROOT", "SOURCES", "HlsBuildError", "HlsRuntimeError", "build_library", "build_executable",
     "load_library", "run_command", "sample", "spec_constants_header", "generated_headers",
-    "write_headers", "CXXFLAGS", "SANITIZE_FLAGS", "HlsBackend", "sample_positions",
+    "write_headers", "CXXFLAGS", "SANITIZE_FLAGS", "HlsBackend", "sample_positions", "storage_stats",
+    "RUN_COUNTERS",
 ]
 
 #: The C++ tree (``hls/`` at the repository root).
@@ -74,7 +76,9 @@ CXXFLAGS = ("-O2", "-Wall", "-Wextra", "-Werror", "-std=c++17", "-fno-fast-math"
 SANITIZE_FLAGS = ("-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
                   "-fno-omit-frame-pointer")
 #: Bumped with ``smartsage_abi_version()`` in the C++ when the ctypes contract changes.
-ABI_VERSION = 1
+ABI_VERSION = 2
+#: Words of ``smartsage_run``'s counters: draws, rejections, storage reads, their bytes, distinct pages.
+RUN_COUNTERS = ("draws", "rejections", "storage_reads", "storage_read_bytes", "storage_pages")
 _ERROR_CAPACITY = 512
 
 
@@ -282,10 +286,13 @@ def _storage_array(image) -> np.ndarray:
 
 
 def _run(storage: np.ndarray, memory: np.ndarray, descriptor_addr: int, config: KernelConfig,
-         image_addr: int = 0) -> tuple[ResultHeader, bool, tuple[int, int]]:
+         image_addr: int = 0) -> tuple[ResultHeader, bool, dict[str, int]]:
+    """One command on the library; returns the result header, whether it was written to memory, and the
+    counters (:data:`RUN_COUNTERS`: draws and rejections of the sampler, then the harness's storage
+    accounting: reads, their bytes, distinct 4 KiB pages)."""
     lib = load_library()
     result = np.zeros(RESULT_HEADER_SIZE, np.uint8)
-    counters = np.zeros(2, np.uint64)
+    counters = np.zeros(len(RUN_COUNTERS), np.uint64)
     error = ctypes.create_string_buffer(_ERROR_CAPACITY)
     status = lib.smartsage_run(
         storage.ctypes.data if storage.size else None, storage.size, image_addr,
@@ -293,11 +300,13 @@ def _run(storage: np.ndarray, memory: np.ndarray, descriptor_addr: int, config: 
         config.max_fanout, config.max_hops, result.ctypes.data, counters.ctypes.data, error, _ERROR_CAPACITY)
     if status < 0:
         raise HlsRuntimeError(f"C simulation failed: {error.value.decode(errors='replace')}")
-    return ResultHeader.unpack(result.tobytes()), status == 1, (int(counters[0]), int(counters[1]))
+    return ResultHeader.unpack(result.tobytes()), status == 1, dict(zip(RUN_COUNTERS, map(int, counters),
+                                                                        strict=True))
 
 
 def run_command(image, memory: np.ndarray, descriptor_addr: int,
-                config: KernelConfig = CONFIGS["default"], image_addr: int = 0) -> ResultHeader:
+                config: KernelConfig = CONFIGS["default"], image_addr: int = 0,
+                stats: golden.SampleStats | None = None) -> ResultHeader:
     """Execute the command at ``descriptor_addr`` of ``memory`` on the C-simulated kernel.
 
     The contract of :func:`smartsage.spec.golden.run_command`: ``image`` is the storage (a GraphImage,
@@ -305,7 +314,8 @@ def run_command(image, memory: np.ndarray, descriptor_addr: int,
     kernel writes only inside the buffers of the descriptor and inside ``memory``; an address outside
     ``memory`` or the storage is a bus error (STORAGE_ERROR / OUTPUT_ERROR). ``image_addr`` is the
     storage address of the image header (the ``image`` register; 0: the image is the storage). Returns
-    the result header (also written at ``result_ptr`` when that is aligned and inside ``memory``).
+    the result header (also written at ``result_ptr`` when that is aligned and inside ``memory``); a
+    ``stats`` object, if given, receives the command's storage accounting (:func:`storage_stats`).
 
     Raises
     ------
@@ -324,8 +334,24 @@ def run_command(image, memory: np.ndarray, descriptor_addr: int,
                          f"descriptor inside {memory.size} bytes of device memory")
     if not 0 <= int(image_addr) < 1 << 64:
         raise ValueError(f"Image address must be an unsigned 64-bit integer, not {image_addr!r}")
-    header, _, _ = _run(_storage_array(image), memory, descriptor_addr, config, int(image_addr))
+    header, _, counters = _run(_storage_array(image), memory, descriptor_addr, config, int(image_addr))
+    if stats is not None:
+        for name, value in dataclasses.asdict(storage_stats(counters)).items():
+            setattr(stats, name, value)
     return header
+
+
+def storage_stats(counters: dict[str, int]) -> golden.SampleStats:
+    """The storage accounting of one C-simulated command, from :func:`_run`'s counters.
+
+    ``read_requests``: the accesses the kernel made through its storage ports (one per bus_read of one
+    element: an indptr entry, an index entry, a feature element; the image header's reads excepted);
+    ``storage_pages``: the distinct 4 KiB storage pages they touched; ``storage_bytes``: their bytes,
+    which equal the result header's ``storage_bytes``.
+    """
+    return golden.SampleStats(draws=counters["draws"], rejections=counters["rejections"],
+                              read_requests=counters["storage_reads"], storage_pages=counters["storage_pages"],
+                              storage_bytes=counters["storage_read_bytes"])
 
 
 class HlsBackend:
@@ -334,10 +360,18 @@ class HlsBackend:
     kernel's ``image`` register as is."""
 
     name = "hls"
+    #: ``last_stats.storage_pages`` is counted (the harness's distinct 4 KiB pages per command).
+    counts_pages = True
+
+    def __init__(self):
+        #: Storage accounting of the last command (:func:`storage_stats`: the reads the kernel made).
+        self.last_stats = golden.SampleStats(storage_pages=0)
 
     def execute(self, image: GraphImage, memory: np.ndarray, image_addr: int, descriptor_addr: int,
                 config: KernelConfig) -> None:
-        run_command(image, memory, descriptor_addr, config, image_addr=image_addr)
+        stats = golden.SampleStats(storage_pages=0)
+        run_command(image, memory, descriptor_addr, config, image_addr=image_addr, stats=stats)
+        self.last_stats = stats
 
 
 def sample_positions(node_key: int, degree: int, fanout: int) -> tuple[list[int], int]:
@@ -419,14 +453,14 @@ def sample(image, targets, fanouts, seed: int, aggregate: bool = False,
         self_ptr=layout["self"][0], self_capacity=caps["self"], sum_ptr=layout["sum"][0],
         sum_capacity=caps["sum"], result_ptr=DESCRIPTOR_SIZE, flags=int(Flags.AGGREGATE) if aggregate else 0)
     memory[:DESCRIPTOR_SIZE] = np.frombuffer(descriptor.pack(), np.uint8)
-    result, written, (draws, rejections) = _run(_storage_array(image), memory, 0, config)
+    result, written, counters = _run(_storage_array(image), memory, 0, config)
     if not written:
         raise HlsRuntimeError("the kernel wrote no result header for a command laid out by sample()")
     stored = ResultHeader.unpack(memory[DESCRIPTOR_SIZE:DESCRIPTOR_SIZE + RESULT_HEADER_SIZE].tobytes())
     if stored != result:
         raise HlsRuntimeError(f"result header in memory {stored} differs from the one returned {result}")
     id_dtype = header.index_dtype.numpy_dtype
-    stats = golden.SampleStats(draws=draws, rejections=rejections, storage_bytes=result.storage_bytes)
+    stats = storage_stats(counters)
     if result.status != Status.OK:
         return golden.GoldenResult(result, targets, np.zeros(0, np.uint32), None, None, stats)
     node_list = memory[nodes_ptr:nodes_ptr + result.nodes_written * id_size].view(id_dtype).copy()

@@ -29,7 +29,7 @@ from smartsage.spec.config import CONFIGS, KernelConfig
 from smartsage.spec.descriptor import Flags, ResultHeader
 from smartsage.spec.golden import GoldenResult, SampleStats
 
-__all__ = ["sample", "RtlBackend", "benchmark"]
+__all__ = ["sample", "RtlBackend", "benchmark", "storage_stats"]
 
 #: Watchdog budget per worst-case sampled edge (the kernel needs ~1.3-2 cycles per edge, plus
 #: storage latency; the bound only has to catch a hang).
@@ -70,7 +70,19 @@ def sample(image, targets, fanouts, seed: int, aggregate: bool = False,
         sums = np.frombuffer(bytes.fromhex(result["sums"]), sum_dtype)[:rows * dim].reshape(rows, dim).copy()
     return GoldenResult(header=header, node_list=np.asarray(result["node_list"], dtype=id_dtype),
                         counts=np.asarray(result["counts"], dtype=np.uint32), self_rows=self_rows, sums=sums,
-                        stats=SampleStats(storage_bytes=header.storage_bytes))
+                        stats=storage_stats(result, header.storage_bytes))
+
+
+def storage_stats(result: dict, storage_bytes: int | None = None) -> SampleStats:
+    """The storage accounting of one co-simulated command (a :func:`~smartsage.cosim.runner.run_plan` result).
+
+    ``read_requests``: the AXI read transactions the kernel issued on ``m_axi_storage`` (AR handshakes,
+    whatever their burst length, the image header words included); ``storage_pages``: the distinct 4 KiB
+    storage pages they touched; ``storage_bytes``: the result header's count when given, else the bytes
+    the transactions requested (beats x beat size), which the kernel's own counter equals.
+    """
+    return SampleStats(read_requests=int(result["storage_reads"]), storage_pages=int(result["storage_pages"]),
+                       storage_bytes=int(result["storage_read_bytes"] if storage_bytes is None else storage_bytes))
 
 
 def _last_frontier(counts, num_targets: int, hops: int) -> int:
@@ -93,11 +105,15 @@ class RtlBackend:
     """
 
     name = "rtl"
+    #: ``last_stats.storage_pages`` is counted (the storage model's distinct 4 KiB pages per command).
+    counts_pages = True
 
     def __init__(self, seed_backpressure: int = 1, watchdog_cycles: int = 50_000_000):
         self.seed_backpressure = seed_backpressure
         self.watchdog_cycles = watchdog_cycles
         self.last_cycles = 0
+        #: Storage accounting of the last command (:func:`storage_stats`: the AXI reads it issued).
+        self.last_stats = SampleStats(storage_pages=0)
 
     def execute(self, image, memory: np.ndarray, image_addr: int, descriptor_addr: int,
                 config: KernelConfig) -> None:
@@ -110,6 +126,7 @@ class RtlBackend:
                               check=image_addr == 0)
             memory[:] = np.load(path)
         self.last_cycles = result.results[0]["cycles"] if result.results else 0
+        self.last_stats = storage_stats(result.results[0]) if result.results else SampleStats(storage_pages=0)
 
 
 def benchmark(image_path, fanouts, batch: int, config: KernelConfig = CONFIGS["default"]) -> dict:

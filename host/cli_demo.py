@@ -93,6 +93,9 @@ def run(args) -> int:
         finally:
             sampler.close()
     per_batch = {b: t["bytes_to_host"] / args.compare_batches for b, t in traffic.items()}
+    # the whole I/O report per batch (storage reads, pages, bytes from storage, bytes to the host)
+    summary["io_per_batch"] = {b: {k: None if v is None else v / args.compare_batches for k, v in t.items()}
+                               for b, t in traffic.items()}
     console.print(f"[bold]3. bytes to the host per mini-batch[/] (batch {DEMO_BATCH}, fanouts "
                   f"{','.join(map(str, DEMO_FANOUTS))}; page cache dropped before every batch): "
                   f"device {per_batch['golden'] / 1024:,.0f} KiB, "
@@ -132,6 +135,7 @@ def run(args) -> int:
     if rtl.get("batches"):
         table.add_row("RTL vs golden (bit for bit)", f"{rtl['batches']} batches identical")
         table.add_row("RTL cycles per batch", f"{rtl['cycles_per_batch']:,.0f}")
+        table.add_row("RTL storage reads per batch", f"{rtl['storage_reads_per_batch']:,.0f}")
     else:
         table.add_row("RTL co-simulation", rtl.get("skipped", "not run"))
     table.add_row("bytes to host per batch: device", f"{per_batch['golden']:,.0f}")
@@ -163,10 +167,17 @@ def _rtl_step(console, args, image_path, batches, references) -> dict:
     outcome = {"batches": len(specs), "targets_per_batch": RTL_TARGETS, "config": config.name,
                "cycles_per_batch": sum(cycles) / len(cycles), "edges_per_batch": sum(edges) / len(edges),
                "sim_wall_s": plan.wall_s}
+    # the AXI reads the kernel issued on its storage port (the storage model's count) and its byte counter
+    for key, name in (("storage_reads", "storage_reads"), ("storage_pages", "storage_pages"),
+                      ("storage_read_bytes", "storage_bytes")):
+        outcome[f"{name}_per_batch"] = sum(int(r[key]) for r in plan.results) / len(plan.results)
     console.print(f"[bold]2. RTL co-simulation[/] ({config.name}: {config.lanes} lanes, {config.data_width}-bit AXI, "
                   f"ideal memory): {len(specs)} mini-batches of {RTL_TARGETS} targets sampled and aggregated "
                   f"bit-identical to the golden model (whole device memory compared: node list, counts, self rows, "
-                  f"neighbor sums); {outcome['cycles_per_batch']:,.0f} cycles per batch.")
+                  f"neighbor sums); {outcome['cycles_per_batch']:,.0f} cycles per batch, "
+                  f"{outcome['storage_reads_per_batch']:,.0f} storage reads (AXI transactions) over "
+                  f"{outcome['storage_pages_per_batch']:,.0f} pages, {outcome['storage_bytes_per_batch']:,.0f} "
+                  "bytes read from storage per batch.")
     return outcome
 
 

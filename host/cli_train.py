@@ -94,11 +94,13 @@ def _epoch_line(r: dict) -> str:
 
 def _table(history: list[dict], backend: str) -> Table:
     table = Table(title=f"GraphSAGE training ({backend} backend)")
-    for column in ("epoch", "loss", "val acc", "test acc", "targets/s", "storage MiB", "to host MiB"):
+    for column in ("epoch", "loss", "val acc", "test acc", "targets/s", "reads", "pages",
+                   "storage MiB", "to host MiB"):
         table.add_column(column, justify="right")
     for r in history:
         table.add_row(str(r["epoch"]), f"{r['loss']:.4f}", _fmt(r["val_acc"], ".4f"), _fmt(r["test_acc"], ".4f"),
-                      _fmt(r["targets_per_s"], ",.0f"), f"{r['io']['storage_bytes'] / 2**20:.1f}",
+                      _fmt(r["targets_per_s"], ",.0f"), _fmt(r["io"]["storage_reads"], ",d"),
+                      _fmt(r["io"]["storage_pages"], ",d"), f"{r['io']['storage_bytes'] / 2**20:.1f}",
                       f"{r['io']['bytes_to_host'] / 2**20:.1f}")
     return table
 

@@ -15,5 +15,13 @@ def test_bench_small(tmp_path, capsys):
     traffic = report["traffic"]
     assert 0 < traffic["golden"]["bytes_to_host"] < traffic["gather_only"]["bytes_to_host"]
     assert traffic["mmap"]["bytes_to_host"] == traffic["mmap"]["storage_bytes"] > 0
+    # every backend reports storage reads and bytes (pages where it counts them); the HLS kernel moves
+    # exactly what the golden device does and reads what the read rule says
+    for backend in ("golden", "hls", "mmap", "direct"):
+        assert traffic[backend]["storage_reads"] > 0 and traffic[backend]["storage_bytes"] > 0, backend
+    assert traffic["hls"]["bytes_to_host"] == traffic["golden"]["bytes_to_host"]
+    assert traffic["hls"]["storage_bytes"] == traffic["golden"]["storage_bytes"]
+    assert traffic["hls"]["storage_reads"] >= traffic["golden"]["storage_reads"]
+    assert traffic["hls"]["storage_pages"] > 0 and traffic["golden"]["storage_pages"] is None
     text = out.read_text()
     assert "smartsage bench --scale 9" in text and "O_DIRECT sampler" in text

@@ -19,3 +19,15 @@ def test_karate_club_imports_and_trains(tmp_path):
     history = karate.train(image, epochs=20)
     assert history[-1]["loss"] < history[0]["loss"] / 5
     assert history[-1]["val_acc"] >= 0.75 and history[-1]["test_acc"] >= 0.75  # 2 clubs: chance is about 0.5
+
+
+def test_io_report_without_rtl(tmp_path):
+    """The table of docs/user-guide.md section 4 (its software and C-simulated rows)."""
+    example = _load("io_report")
+    report = example.io_report(example.build_image(tmp_path / "rmat10.img"), ["golden", "hls", "mmap", "direct"])
+    assert all(io["storage_reads"] > 0 and io["storage_bytes"] > 0 and io["bytes_to_host"] > 0
+               for io in report.values())
+    table = example.markdown(report)
+    docs = (EXAMPLES.parent / "docs" / "user-guide.md").read_text()
+    for line in table.splitlines()[2:]:
+        assert line in docs, f"docs/user-guide.md lacks the row {line!r} (rerun examples/io_report.py)"

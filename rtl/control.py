@@ -3,6 +3,10 @@
 The register map is :data:`smartsage.spec.descriptor.REGISTERS` (defined once there; the docs table
 and this block derive from it). Registers from 0x10 on are kernel arguments; a ``name_lo`` /
 ``name_hi`` pair forms one 64-bit argument ``name``.
+
+The block decodes the whole 4 KiB window that kernel.xml declares for ``s_axi_control``
+(:data:`CONTROL_ADDRESS_WIDTH` address bits, every one compared): a register answers at its own
+offset only, a read of any other word of the window returns 0 and a write to it changes nothing.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from .axi import AxiLiteSignature
 __all__ = ["ControlRegisters", "ARGUMENTS", "CONTROL_ADDRESS_WIDTH", "register_offset",
            "register_table_markdown"]
 
-#: Byte address width of the register window (REGISTERS fits in 64 bytes).
-CONTROL_ADDRESS_WIDTH = 6
+#: Byte address width of ``s_axi_control``: the 4 KiB window the shell gives the kernel (kernel.xml's
+#: ``range`` 0x1000, the value Vitis HLS writes for small kernels), decoded in full so that nothing aliases.
+CONTROL_ADDRESS_WIDTH = 12
 
 
 def register_offset(name: str) -> int:
@@ -55,8 +60,9 @@ class ControlRegisters(wiring.Component):
 
     Members
     -------
-    s_axi_control : ``In(AxiLiteSignature(6))``
-        The host's register port.
+    s_axi_control : ``In(AxiLiteSignature(CONTROL_ADDRESS_WIDTH))``
+        The host's register port (12 address bits, all decoded: unmapped words read 0, writes to them
+        are ignored).
     start : ``Out(1)``
         ap_start to the kernel core.
     ready : ``In(1)``

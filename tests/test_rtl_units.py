@@ -205,6 +205,56 @@ def test_control_registers_ap_ctrl_hs():
     sim.run()
 
 
+def test_control_window_is_decoded_in_full():
+    """kernel.xml gives s_axi_control a 4 KiB window: every word of it is decoded, so no address aliases a
+    register. Registers answer at their own offsets only; every other word reads 0, and writing all ones to
+    every other word (the aliases of CTRL, ISR and the arguments among them) changes nothing."""
+    from smartsage.rtl.control import CONTROL_ADDRESS_WIDTH
+    from smartsage.rtl.kernel_xml import CONTROL_RANGE
+    from smartsage.spec.descriptor import REGISTERS
+
+    assert 1 << CONTROL_ADDRESS_WIDTH == CONTROL_RANGE == 0x1000
+    seed = _seed()
+    rng = random.Random(seed)
+    dut = ControlRegisters()
+    host = _LiteHost(dut.s_axi_control)
+    ctrl, gie, ier, isr = (register_offset(n) for n in ("CTRL", "GIE", "IER", "ISR"))
+    mapped = {offset for _, offset, _, _ in REGISTERS}
+    unmapped = [a for a in range(0, CONTROL_RANGE, 4) if a not in mapped]
+    assert len(unmapped) == CONTROL_RANGE // 4 - len(mapped)
+
+    async def bench(ctx):
+        ctx.set(dut.idle, 1)
+        values = {name: rng.getrandbits(64) for name in ARGUMENTS}
+        for name, (lo, hi) in ARGUMENTS.items():
+            await host.write(ctx, lo, values[name] & 0xFFFFFFFF)
+            await host.write(ctx, hi, values[name] >> 32)
+        await host.write(ctx, ier, 0x1)
+        ctx.set(dut.done, 1)  # ap_done sticky and ISR bit 0 set: a stray CTRL read or ISR write would clear them
+        await ctx.tick()
+        ctx.set(dut.done, 0)
+        expected = {ctrl: 0x6, gie: 0x0, ier: 0x1, isr: 0x1}
+        for name, (lo, hi) in ARGUMENTS.items():
+            expected[lo], expected[hi] = values[name] & 0xFFFFFFFF, values[name] >> 32
+        order = list(unmapped)
+        rng.shuffle(order)
+        for address in order:  # every unmapped word, byte offsets within it too
+            assert await host.read(ctx, address | rng.randrange(4)) == 0, hex(address)
+        for address in order:
+            await host.write(ctx, address, 0xFFFFFFFF)
+        assert ctx.get(dut.start) == 0, "a write to an alias of CTRL started the kernel"
+        assert ctx.get(dut.interrupt) == 0, "a write to an alias of GIE enabled the interrupt"
+        for name in ARGUMENTS:
+            assert ctx.get(getattr(dut, name)) == values[name], name
+        for offset in sorted(mapped, reverse=True):  # CTRL last: its read clears ap_done
+            assert await host.read(ctx, offset) == expected[offset], hex(offset)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+
+
 def test_parameter_validation_messages():
     with warnings.catch_warnings():
         # the half-constructed components are never elaborated, by design

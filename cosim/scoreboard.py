@@ -211,9 +211,12 @@ def rtl_expectation(image, spec: CommandSpec, layout: Layout, initial: np.ndarra
         return Expectation(Status.STORAGE_ERROR, None, None, (lo, hi), writes_result=result_ok)
     if spec.write_error is not None and header.status == Status.OK:
         name, offset = spec.write_error
-        start = {"nodes": layout.nodes, "counts": layout.counts, "self": layout.self_rows,
-                 "sum": layout.sums}[name] + offset
-        return Expectation(Status.OUTPUT_ERROR, None, None, (start, start + 8), writes_result=result_ok)
+        buffer = {"nodes": layout.nodes, "counts": layout.counts, "self": layout.self_rows, "sum": layout.sums}[name]
+        start = buffer + offset
+        # error_value names the failing write: a field (<= 8 bytes) or a beat's first strobed byte
+        # (self rows and sums are written in beats), inside the buffer, holding the faulty byte
+        first = start if name in ("nodes", "counts") else max(buffer, start - config.data_bytes + 1)
+        return Expectation(Status.OUTPUT_ERROR, None, None, (first, start + 8), writes_result=result_ok)
     return Expectation(header.status, header, golden_memory if header.status == Status.OK else None,
                        writes_result=result_ok)
 

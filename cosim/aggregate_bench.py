@@ -117,21 +117,39 @@ def aggregation_throughput(config: KernelConfig, path, targets, fanouts, seed: i
             "fraction_of_port": feature_bytes / cycles / config.data_bytes}
 
 
+#: (dtype, F) of the throughput table: fp32 at the goal's F = 64 and larger rows (several chunks at
+#: F = 256 on 512 bits), the other dtypes, and short, unaligned rows.
+THROUGHPUT_CASES = (("fp32", 64), ("fp32", 128), ("fp32", 256), ("fp32", 100), ("fp16", 64), ("bf16", 128),
+                    ("int8", 64), ("int8", 256), ("bf16", 17), ("fp32", 3))
+
+
+def _case(text: str) -> tuple[str, int]:
+    dtype, _, dim = text.partition(":")
+    FeatureDtype.parse(dtype)
+    if not dim.isdigit() or int(dim) < 1:
+        raise argparse.ArgumentTypeError(f"A case is DTYPE:F with F a positive integer, not {text!r}")
+    return dtype, int(dim)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="default")
+    parser.add_argument("--case", type=_case, action="append",
+                        help="throughput case DTYPE:F (repeatable; default: THROUGHPUT_CASES)")
+    parser.add_argument("--no-host-bytes", action="store_true", help="skip the bytes-to-host figure")
     parser.add_argument("-o", "--output", help="write the figures as JSON")
     args = parser.parse_args(argv)
     config = get_config(args.config)
     report = {}
     with tempfile.TemporaryDirectory() as workdir:
-        path = Path(workdir) / "bytes.img"
-        feature_image(path, 3, 100_000, 128, FeatureDtype.FP32, max_degree=30)
-        with GraphImage(path) as image:
-            targets = np.random.default_rng(1).choice(100_000, 1024, replace=False)
-            report["host_bytes"] = host_feature_bytes(image, targets, (25, 10), 7)
-        path.unlink()
-        for dtype, dim in (("fp32", 64), ("fp32", 3), ("bf16", 17), ("int8", 64)):
+        if not args.no_host_bytes:
+            path = Path(workdir) / "bytes.img"
+            feature_image(path, 3, 100_000, 128, FeatureDtype.FP32, max_degree=30)
+            with GraphImage(path) as image:
+                targets = np.random.default_rng(1).choice(100_000, 1024, replace=False)
+                report["host_bytes"] = host_feature_bytes(image, targets, (25, 10), 7)
+            path.unlink()
+        for dtype, dim in args.case or THROUGHPUT_CASES:
             path = Path(workdir) / f"{dtype}_{dim}.img"
             feature_image(path, 5, 2000, dim, FeatureDtype.parse(dtype), max_degree=20)
             rng = random.Random(1)
@@ -139,6 +157,12 @@ def main(argv=None) -> int:
             report[f"throughput_{dtype}_{dim}"] = aggregation_throughput(config, path, targets, (10, 5), 7)
     text = json.dumps(report, indent=2)
     print(text)
+    print(f"\n{'dtype':>5} {'F':>4} {'agg. cycles':>11} {'bytes/cycle':>11} {'of the port':>11}")
+    for name, figures in report.items():
+        if name.startswith("throughput_"):
+            dtype, dim = name.split("_")[1:]
+            print(f"{dtype:>5} {dim:>4} {figures['aggregate_cycles']:>11} {figures['bytes_per_cycle']:>11.2f} "
+                  f"{figures['fraction_of_port']:>11.3f}")
     if args.output:
         Path(args.output).write_text(text)
     return 0

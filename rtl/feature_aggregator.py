@@ -13,7 +13,8 @@ Four parts run side by side (docs/rtl.md, "Feature aggregation"):
   one streams.
 - **Issuer**: per group and per *chunk* of the row (:data:`CHUNK_BEATS` accumulator words of
   ``data_width / 32`` elements; longer rows are done chunk by chunk), one storage read per row: the
-  group's self rows, then the samples' rows sample-major (u_0 of every entry, then u_1, ...). The
+  samples' rows sample-major (u_0 of every entry, then u_1, ...), then the group's self rows (whose
+  writes then overlap the previous chunk's sums less). The
   reads go to a :class:`~smartsage.rtl.burst_reader.BurstReader` as byte ranges (bursts, many in
   flight, split at 4 KiB); a work FIFO tells the consumer what each read is.
 - **Consumer**: a :class:`~smartsage.rtl.row_unpacker.RowUnpacker` turns the beats into units of
@@ -308,7 +309,7 @@ class FeatureAggregator(wiring.Component):
         with m.If(draining):
             m.d.comb += ids.response.ready.eq(1)
 
-        # ---- issuer: per group and row chunk, the self rows, then the samples' rows sample-major
+        # ---- issuer: per group and row chunk, the samples' rows sample-major, then the self rows
         work_layout = data.StructLayout({"self": 1, "slot": slot_bits, "load": 1, "bank": 1, "dest": 64,
                                          "bytes": 16, "chunk_last": 1})
         chunk_layout = data.StructLayout({"bank": 1, "sum_dest": 64, "k": range(SLOTS + 1), "empty": SLOTS,
@@ -342,13 +343,14 @@ class FeatureAggregator(wiring.Component):
         later = [Const(0)] + [now_active[e] & (issue_e < e) for e in range(1, SLOTS)]
         any_later, first_later = _first(later)
         any_next, first_next = _first(next_active)
-        any_first, first_first = _first(now_active)     # (issue_j = 0 in the self phase)
+        any_first, first_first = _first(now_active)     # (at a chunk's start, issue_j = 0)
         empty = Cat(*(~now_active[e] & (e < k) for e in range(SLOTS)))
         last_self = issue_e == k - 1
-        chunk_last = Mux(issue_self, last_self & ~any_first, ~any_later & ~any_next)
+        chunk_last = issue_self & last_self
         m.d.comb += sample_read.addr.eq(table_address(issue_group, issue_e, issue_j))
         row = Mux(issue_self, self_rows[issue_group][issue_e], sample_read.data)
-        first_of_chunk = issue_self & (issue_e == 0)
+        chunk_fresh = Signal()
+        first_of_chunk = chunk_fresh
         m.d.comb += [
             rows.request.payload.address.eq(row + chunk_offset),
             rows.request.payload.length.eq(chunk_bytes),
@@ -369,26 +371,33 @@ class FeatureAggregator(wiring.Component):
         with m.FSM(name="issue"):
             with m.State("I_IDLE"):
                 with m.If(running & group_full[issue_group]):
-                    m.d.sync += [chunk_start.eq(0), issue_self.eq(1), issue_e.eq(0), issue_j.eq(0)]
-                    m.next = "I_ROWS"
+                    m.d.sync += [chunk_start.eq(0), issue_j.eq(0)]
+                    m.next = "I_CHUNK"
+            with m.State("I_CHUNK"):   # samples first (if any), then the self rows
+                m.d.sync += [issue_self.eq(~any_first), issue_e.eq(Mux(any_first, first_first, 0)),
+                             chunk_fresh.eq(1)]
+                m.next = "I_ROWS"
             with m.State("I_ROWS"):
                 m.d.comb += issuing.eq(1)
                 with m.If(fire):
+                    m.d.sync += chunk_fresh.eq(0)
                     with m.If(chunk_last):
-                        m.d.sync += [issue_bank.eq(~issue_bank), issue_self.eq(1), issue_e.eq(0), issue_j.eq(0),
+                        m.d.sync += [issue_bank.eq(~issue_bank), issue_j.eq(0),
                                      chunk_start.eq(chunk_start + chunk_elements)]
                         with m.If(remaining <= chunk_elements):     # the group's last chunk
                             m.d.sync += [group_full[issue_group].eq(0), group_free[issue_group].eq(1),
                                          issue_group.eq(~issue_group), released.eq(released + k)]
                             m.next = "I_IDLE"
-                    with m.Elif(issue_self & last_self):
-                        m.d.sync += [issue_self.eq(0), issue_j.eq(0), issue_e.eq(first_first)]
+                        with m.Else():
+                            m.next = "I_CHUNK"
                     with m.Elif(issue_self):
                         m.d.sync += issue_e.eq(issue_e + 1)
                     with m.Elif(any_later):
                         m.d.sync += issue_e.eq(first_later)
-                    with m.Else():
+                    with m.Elif(any_next):
                         m.d.sync += [issue_j.eq(issue_j + 1), issue_e.eq(first_next)]
+                    with m.Else():
+                        m.d.sync += [issue_self.eq(1), issue_e.eq(0)]
 
         # ---- consumer, stage 0: a unit and its work record
         unit = unpacker.units.payload

@@ -185,8 +185,9 @@ def test_aggregate_row_shapes(tmp_path, dtype, dim, config_name):
 def test_aggregate_storage_error_mid_burst(tmp_path):
     """A read error on one beat in the middle of a feature row's burst (the beats before it answer
     OKAY): STORAGE_ERROR naming that beat, every read and write in flight finished, nothing written
-    outside the buffers; a write error inside the self rows gives OUTPUT_ERROR; then the kernel
-    works again."""
+    outside the buffers; a write error inside the self rows gives OUTPUT_ERROR; a device-memory read
+    error on a count (read back only by the aggregation) gives STORAGE_ERROR; then the kernel works
+    again."""
     seed = random.SystemRandom().randrange(1 << 30)
     print(f"test seed {seed}")
     config = CONFIGS["default"]
@@ -204,12 +205,14 @@ def test_aggregate_storage_error_mid_burst(tmp_path):
     base = dict(targets=targets, fanouts=[4], seed=rng.getrandbits(64), flags=AGGREGATE)
     commands = [CommandSpec(**base, storage_errors=[bad_beat]),
                 CommandSpec(**base, write_error=("self", 3 * dim * 4 + 100)),
+                CommandSpec(**base, read_error=("counts", 4 * 4)),    # entry 4's count: read only here
                 CommandSpec(**base)]
     result = run_plan(config, image, commands, backpressure=0.2, seed=seed, check=False)
     problems = [p for r in result.results for p in r["problems"]]
     assert not problems, problems
     headers = [r["header"] for r in result.results]
-    assert [h["status"] for h in headers] == [Status.STORAGE_ERROR, Status.OUTPUT_ERROR, Status.OK]
+    assert [h["status"] for h in headers] == [Status.STORAGE_ERROR, Status.OUTPUT_ERROR, Status.STORAGE_ERROR,
+                                              Status.OK]
     assert headers[0]["error_value"] == DEFAULT_IMAGE_BASE + bad_beat[0]
 
 

@@ -23,6 +23,7 @@ import dataclasses
 
 import numpy as np
 
+from smartsage.rtl.beat_writer import WRITE_BURST_BEATS
 from smartsage.spec import golden
 from smartsage.spec.config import KernelConfig
 from smartsage.spec.descriptor import (
@@ -224,9 +225,10 @@ def rtl_expectation(image, spec: CommandSpec, layout: Layout, initial: np.ndarra
         name, offset = spec.write_error
         buffer = {"nodes": layout.nodes, "counts": layout.counts, "self": layout.self_rows, "sum": layout.sums}[name]
         start = buffer + offset
-        # error_value names the failing write: a field (<= 8 bytes) or a beat's first strobed byte
-        # (self rows and sums are written in beats), inside the buffer, holding the faulty byte
-        first = start if name in ("nodes", "counts") else max(buffer, start - config.data_bytes + 1)
+        # error_value names the failing write: a field (<= 8 bytes), or for self rows and sums (written
+        # in bursts of beats) the burst's first strobed byte, inside the buffer, before the faulty byte
+        reach = WRITE_BURST_BEATS * config.data_bytes
+        first = start if name in ("nodes", "counts") else max(buffer, start - reach + 1)
         return Expectation(Status.OUTPUT_ERROR, None, None, (first, start + 8), writes_result=result_ok)
     return Expectation(header.status, header, golden_memory if header.status == Status.OK else None,
                        writes_result=result_ok)

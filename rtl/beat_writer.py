@@ -9,7 +9,10 @@ from amaranth.lib.wiring import In, Out
 
 from .axi import ADDRESS_WIDTH, BURST_INCR, RESP_OKAY, AxiWriteSignature, check_data_width
 
-__all__ = ["BeatWriter", "piece_layout"]
+__all__ = ["BeatWriter", "piece_layout", "WRITE_BURST_BEATS"]
+
+#: Beats of one write burst at most (a burst's error response names its first byte: kept short).
+WRITE_BURST_BEATS = 16
 
 
 def piece_layout(data_width: int) -> data.StructLayout:
@@ -28,9 +31,11 @@ class BeatWriter(wiring.Component):
     A piece is shifted to its place in the beat(s) it covers and merged into a holding beat; a beat
     is written when a piece fills it up to its last byte, when the next piece belongs to another
     beat, or when a piece with ``flush`` ends there. Only the pieces' bytes are strobed, so nothing
-    outside them is written. One piece per cycle; beats go out as single-beat writes (AW and W
-    together), up to ``outstanding`` in flight; the first error response latches ``error`` and its
-    beat's first strobed byte's address.
+    outside them is written. One piece per cycle. Consecutive beats are gathered into INCR bursts
+    (up to :data:`WRITE_BURST_BEATS`, never across 4 KiB; a burst closes when the next beat is not
+    its successor or on a cycle without a beat): its beats wait in a FIFO, then AW and W go out,
+    up to ``outstanding`` bursts in flight; the first error response latches ``error`` and the
+    burst's first strobed byte's address.
 
     Parameters
     ----------
@@ -76,44 +81,72 @@ class BeatWriter(wiring.Component):
         size_log2 = data_bytes.bit_length() - 1
         bus = self.bus
         m.submodules.in_flight = in_flight = SyncFIFO(width=ADDRESS_WIDTH, depth=self._outstanding)
+        # beats waiting for W, and the closed bursts (for AW, and their lengths for W)
+        m.submodules.beats = beats = SyncFIFO(width=width + data_bytes, depth=2 * WRITE_BURST_BEATS)
+        burst_layout = data.StructLayout({"address": ADDRESS_WIDTH, "first": ADDRESS_WIDTH, "beats": 8})
+        m.submodules.bursts = bursts = SyncFIFO(width=burst_layout.size, depth=4)
+        m.submodules.lengths = lengths = SyncFIFO(width=8, depth=4)
 
-        # holding beat (bytes not strobed are kept zero) and the beat being written
+        # holding beat (bytes not strobed are kept zero)
         hold_valid, hold_flush = Signal(), Signal()
         hold_address = Signal(ADDRESS_WIDTH)
         hold_data = Signal(width)
         hold_strobe = Signal(data_bytes)
-        out_valid, address_done, data_done = Signal(), Signal(), Signal()
-        out_address = Signal(ADDRESS_WIDTH)
-        out_data = Signal(width)
-        out_strobe = Signal(data_bytes)
 
-        # a write is named by its first strobed byte
-        first_byte = Signal(range(data_bytes))
+        # a beat leaves the merger (want: it has one; emitted: it goes) and joins the open burst if it
+        # is the next beat of it in the same 4 KiB page, else the open burst is closed first; a burst
+        # is also closed at WRITE_BURST_BEATS beats and on a cycle without a beat
+        want = Signal()
+        emit_address = Signal(ADDRESS_WIDTH)
+        emit_data = Signal(width)
+        emit_strobe = Signal(data_bytes)
+        run_open = Signal()
+        run = Signal(burst_layout)
+        continues = Signal()
+        m.d.comb += continues.eq(run_open & (emit_address == run.address + (run.beats << size_log2))
+                                 & (emit_address[:12] != 0) & (run.beats < WRITE_BURST_BEATS))
+        closing = Signal()
+        m.d.comb += closing.eq(run_open & (~want | ~continues))
+        can_emit = beats.w_rdy & (~closing | (bursts.w_rdy & lengths.w_rdy))
+        emitted = want & can_emit
+        first_byte = Signal(range(data_bytes))   # a burst is named by its first strobed byte
         for i in reversed(range(data_bytes)):
-            with m.If(out_strobe[i]):
+            with m.If(emit_strobe[i]):
                 m.d.comb += first_byte.eq(i)
-        taken = Signal()
-        m.d.comb += [
-            bus.awaddr.eq(out_address), bus.awlen.eq(0), bus.awsize.eq(size_log2), bus.awburst.eq(BURST_INCR),
-            bus.wdata.eq(out_data), bus.wstrb.eq(out_strobe), bus.wlast.eq(1),
-            bus.awvalid.eq(out_valid & in_flight.w_rdy & ~address_done),
-            bus.wvalid.eq(out_valid & in_flight.w_rdy & ~data_done),
-            taken.eq(out_valid & in_flight.w_rdy & (address_done | (bus.awvalid & bus.awready))
-                     & (data_done | (bus.wvalid & bus.wready))),
-            in_flight.w_data.eq(out_address | first_byte),
-            in_flight.w_en.eq(taken),
-        ]
-        with m.If(taken):
-            m.d.sync += [out_valid.eq(0), address_done.eq(0), data_done.eq(0)]
-        with m.Else():
-            with m.If(bus.awvalid & bus.awready):
-                m.d.sync += address_done.eq(1)
-            with m.If(bus.wvalid & bus.wready):
-                m.d.sync += data_done.eq(1)
-        can_emit = ~out_valid | taken
+        m.d.comb += [beats.w_data.eq(Cat(emit_data, emit_strobe)), beats.w_en.eq(emitted),
+                     bursts.w_data.eq(run), lengths.w_data.eq(run.beats - 1)]
+        with m.If(closing & bursts.w_rdy & lengths.w_rdy):
+            m.d.comb += [bursts.w_en.eq(1), lengths.w_en.eq(1)]
+            m.d.sync += run_open.eq(0)
+        with m.If(emitted):
+            with m.If(continues):
+                m.d.sync += run.beats.eq(run.beats + 1)
+            with m.Else():
+                m.d.sync += [run_open.eq(1), run.address.eq(emit_address), run.first.eq(emit_address | first_byte),
+                             run.beats.eq(1)]
 
         def emit(address, value, strobe):
-            m.d.sync += [out_valid.eq(1), out_address.eq(address), out_data.eq(value), out_strobe.eq(strobe)]
+            m.d.comb += [want.eq(1), emit_address.eq(address), emit_data.eq(value), emit_strobe.eq(strobe)]
+
+        # AW: the closed bursts; W: their beats, once closed (wlast from the length)
+        head = Signal(burst_layout)
+        sent = Signal(8)
+        m.d.comb += [
+            head.eq(bursts.r_data),
+            bus.awaddr.eq(head.address), bus.awlen.eq(head.beats - 1), bus.awsize.eq(size_log2),
+            bus.awburst.eq(BURST_INCR),
+            bus.awvalid.eq(bursts.r_rdy & in_flight.w_rdy),
+            bursts.r_en.eq(bus.awvalid & bus.awready),
+            in_flight.w_data.eq(head.first),
+            in_flight.w_en.eq(bus.awvalid & bus.awready),
+            bus.wdata.eq(beats.r_data[:width]), bus.wstrb.eq(beats.r_data[width:]),
+            bus.wlast.eq(sent == lengths.r_data),
+            bus.wvalid.eq(beats.r_rdy & lengths.r_rdy),
+            beats.r_en.eq(bus.wvalid & bus.wready),
+            lengths.r_en.eq(bus.wvalid & bus.wready & bus.wlast),
+        ]
+        with m.If(bus.wvalid & bus.wready):
+            m.d.sync += sent.eq(Mux(bus.wlast, 0, sent + 1))
 
         # the incoming piece, placed: low beat at its aligned address, high beat the next one
         piece = self.piece.payload
@@ -137,14 +170,14 @@ class BeatWriter(wiring.Component):
 
         with m.If(hold_valid & (hold_flush | (self.piece.valid & ~same))):
             # the holding beat goes first (a flush, or the next piece belongs elsewhere)
+            emit(hold_address, hold_data, hold_strobe)
             with m.If(can_emit):
-                emit(hold_address, hold_data, hold_strobe)
                 m.d.sync += hold_valid.eq(0)
         with m.Elif(self.piece.valid):
             with m.If(fills | piece.flush):
+                emit(beat_address, merged_data, merged_strobe)
                 m.d.comb += self.piece.ready.eq(can_emit)
                 with m.If(can_emit):
-                    emit(beat_address, merged_data, merged_strobe)
                     m.d.sync += [hold_valid.eq(high_strobe.any()), hold_flush.eq(piece.flush),
                                  hold_address.eq(beat_address + data_bytes),
                                  hold_data.eq(placed[width:] & high_mask), hold_strobe.eq(high_strobe)]
@@ -158,7 +191,7 @@ class BeatWriter(wiring.Component):
         m.d.comb += [
             bus.bready.eq(in_flight.r_rdy),
             in_flight.r_en.eq(bus.bvalid & bus.bready),
-            self.idle.eq(~in_flight.r_rdy & ~out_valid & ~hold_valid),
+            self.idle.eq(~in_flight.r_rdy & ~hold_valid & ~run_open & ~bursts.r_rdy & ~beats.r_rdy),
         ]
         with m.If(bus.bvalid & bus.bready & (bus.bresp != RESP_OKAY) & ~self.error):
             m.d.sync += [self.error.eq(1), self.error_address.eq(in_flight.r_data)]

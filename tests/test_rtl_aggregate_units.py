@@ -11,7 +11,7 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
-from smartsage.rtl.beat_writer import BeatWriter
+from smartsage.rtl.beat_writer import WRITE_BURST_BEATS, BeatWriter
 from smartsage.rtl.burst_reader import MAX_BURST_BEATS, PAGE_BYTES, BurstReader
 from smartsage.rtl.row_unpacker import RowUnpacker
 
@@ -145,7 +145,8 @@ def test_burst_reader_and_unpacker(data_width, unit_log2):
 @pytest.mark.parametrize("data_width", [64, 512])
 def test_beat_writer(data_width):
     """Runs of contiguous pieces at any alignment: memory ends up with exactly their bytes (nothing
-    outside them strobed), beats are merged; an error response names the beat's first strobed byte."""
+    outside them strobed), pieces merged into beats and beats into bursts (within 4 KiB, at most
+    WRITE_BURST_BEATS); an error response names the burst's first strobed byte."""
     rng = random.Random(_seed())
     beat = data_width // 8
     size = 8 * PAGE_BYTES
@@ -185,7 +186,7 @@ def test_beat_writer(data_width):
         flags.update(error=ctx.get(dut.error), address=ctx.get(dut.error_address))
 
     async def slave(ctx):
-        addresses, beats, responses = [], [], []
+        addresses, bursts, data, responses = [], [], [], []
         while True:
             ctx.set(dut.bus.awready, rng.random() < 0.7)
             ctx.set(dut.bus.wready, rng.random() < 0.7)
@@ -198,23 +199,32 @@ def test_beat_writer(data_width):
             if responses and bready:
                 responses.pop(0)
             if awvalid and awready:
-                assert awlen == 0 and awaddr % beat == 0
-                addresses.append(awaddr)
+                beats = awlen + 1
+                assert awaddr % beat == 0 and beats <= WRITE_BURST_BEATS
+                assert awaddr // PAGE_BYTES == (awaddr + beats * beat - 1) // PAGE_BYTES
+                addresses.append((awaddr, beats))
             if wvalid and wready:
-                assert wlast
-                beats.append((wdata, wstrb))
-            while addresses and beats:
-                address, (value, strobe) = addresses.pop(0), beats.pop(0)
-                raw = int(value).to_bytes(beat, "little")
-                strobed = [address + i for i in range(beat) if strobe >> i & 1]
-                assert strobed
+                data.append((wdata, wstrb))
+                if wlast:
+                    bursts.append(data)
+                    data = []
+            while addresses and bursts:
+                (address, count), burst = addresses.pop(0), bursts.pop(0)
+                assert len(burst) == count
                 writes.append(address)
-                failing = error_at in strobed
-                for at in strobed:
-                    memory[at] = raw[at - address]
+                strobed_all = []
+                for index, (value, strobe) in enumerate(burst):
+                    at = address + index * beat
+                    raw = int(value).to_bytes(beat, "little")
+                    strobed = [at + i for i in range(beat) if strobe >> i & 1]
+                    assert strobed
+                    for byte in strobed:
+                        memory[byte] = raw[byte - at]
+                    strobed_all += strobed
+                failing = error_at in strobed_all
                 responses.append(RESP_SLVERR if failing else 0)
                 if failing:
-                    errors.append(strobed[0])
+                    errors.append(strobed_all[0])
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
@@ -222,6 +232,6 @@ def test_beat_writer(data_width):
     sim.add_testbench(slave, background=True)
     sim.run()
     assert memory == expected
-    assert len(writes) < len(pieces) or beat == 8     # pieces were merged into beats
-    assert errors and errors[0] <= error_at < errors[0] + beat
+    assert len(writes) < len(pieces) / 2     # pieces were merged into beats, beats into bursts
+    assert errors and errors[0] <= error_at < errors[0] + WRITE_BURST_BEATS * beat
     assert flags == {"error": 1, "address": errors[0]}

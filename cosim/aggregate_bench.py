@@ -6,7 +6,8 @@
    features section those rows touch, cold cache).
 2. Aggregation throughput on the co-simulated kernel with ideal memory: the same command run with
    and without AGGREGATE; the cycle difference is the aggregation's; feature bytes read per cycle
-   as a fraction of the read port's width.
+   as a fraction of the read port's width, and the beats the port carried per cycle (the
+   ``storage_bytes`` counter's difference).
 
 :func:`feature_image` writes the random graphs with feature tables (special values included) that
 the tests use too.
@@ -106,6 +107,7 @@ def aggregation_throughput(config: KernelConfig, path, targets, fanouts, seed: i
                 for flags in (0, int(Flags.AGGREGATE))]
     result = run_plan(config, path, commands, seed=1)
     sample_cycles, total_cycles = (r["header"]["cycles"] for r in result.results)
+    sample_beats, total_beats = (r["header"]["storage_bytes"] // config.data_bytes for r in result.results)
     with GraphImage(path) as image:
         expected = golden.sample(image, np.asarray(targets), fanouts, seed, aggregate=True, config=config)
         elements = expected.stats.feature_rows_read * image.header.feature_dim
@@ -114,24 +116,44 @@ def aggregation_throughput(config: KernelConfig, path, targets, fanouts, seed: i
     return {"sample_cycles": sample_cycles, "aggregate_cycles": cycles, "elements": int(elements),
             "feature_bytes": int(feature_bytes), "elements_per_cycle": elements / cycles,
             "bytes_per_cycle": feature_bytes / cycles,
-            "fraction_of_port": feature_bytes / cycles / config.data_bytes}
+            "fraction_of_port": feature_bytes / cycles / config.data_bytes,
+            # beats the read port carried (a row not aligned to beats costs a partial beat at each end)
+            "beats": total_beats - sample_beats, "beats_per_cycle": (total_beats - sample_beats) / cycles}
+
+
+#: (dtype, F) of the throughput table: fp32 at the goal's F = 64 and larger rows (several chunks at
+#: F = 256 on 512 bits), the other dtypes, and short, unaligned rows.
+THROUGHPUT_CASES = (("fp32", 64), ("fp32", 128), ("fp32", 256), ("fp32", 100), ("fp16", 64), ("bf16", 128),
+                    ("int8", 64), ("int8", 256), ("bf16", 17), ("fp32", 3))
+
+
+def _case(text: str) -> tuple[str, int]:
+    dtype, _, dim = text.partition(":")
+    FeatureDtype.parse(dtype)
+    if not dim.isdigit() or int(dim) < 1:
+        raise argparse.ArgumentTypeError(f"A case is DTYPE:F with F a positive integer, not {text!r}")
+    return dtype, int(dim)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="default")
+    parser.add_argument("--case", type=_case, action="append",
+                        help="throughput case DTYPE:F (repeatable; default: THROUGHPUT_CASES)")
+    parser.add_argument("--no-host-bytes", action="store_true", help="skip the bytes-to-host figure")
     parser.add_argument("-o", "--output", help="write the figures as JSON")
     args = parser.parse_args(argv)
     config = get_config(args.config)
     report = {}
     with tempfile.TemporaryDirectory() as workdir:
-        path = Path(workdir) / "bytes.img"
-        feature_image(path, 3, 100_000, 128, FeatureDtype.FP32, max_degree=30)
-        with GraphImage(path) as image:
-            targets = np.random.default_rng(1).choice(100_000, 1024, replace=False)
-            report["host_bytes"] = host_feature_bytes(image, targets, (25, 10), 7)
-        path.unlink()
-        for dtype, dim in (("fp32", 64), ("fp32", 3), ("bf16", 17), ("int8", 64)):
+        if not args.no_host_bytes:
+            path = Path(workdir) / "bytes.img"
+            feature_image(path, 3, 100_000, 128, FeatureDtype.FP32, max_degree=30)
+            with GraphImage(path) as image:
+                targets = np.random.default_rng(1).choice(100_000, 1024, replace=False)
+                report["host_bytes"] = host_feature_bytes(image, targets, (25, 10), 7)
+            path.unlink()
+        for dtype, dim in args.case or THROUGHPUT_CASES:
             path = Path(workdir) / f"{dtype}_{dim}.img"
             feature_image(path, 5, 2000, dim, FeatureDtype.parse(dtype), max_degree=20)
             rng = random.Random(1)
@@ -139,6 +161,12 @@ def main(argv=None) -> int:
             report[f"throughput_{dtype}_{dim}"] = aggregation_throughput(config, path, targets, (10, 5), 7)
     text = json.dumps(report, indent=2)
     print(text)
+    print(f"\n{'dtype':>5} {'F':>4} {'agg. cycles':>11} {'bytes/cycle':>11} {'of the port':>11} {'beats/cycle':>11}")
+    for name, figures in report.items():
+        if name.startswith("throughput_"):
+            dtype, dim = name.split("_")[1:]
+            print(f"{dtype:>5} {dim:>4} {figures['aggregate_cycles']:>11} {figures['bytes_per_cycle']:>11.2f} "
+                  f"{figures['fraction_of_port']:>11.3f} {figures['beats_per_cycle']:>11.3f}")
     if args.output:
         Path(args.output).write_text(text)
     return 0

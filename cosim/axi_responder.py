@@ -92,7 +92,8 @@ class AxiReadResponder(_Clocked):
     clock, period_ps :
         The clock and its period.
     read :
-        ``read(request) -> (bytes, resp)``: the burst's data (``request.nbytes``) and its response code.
+        ``read(request) -> (bytes, resp)``: the burst's data (``request.nbytes``) and its response code
+        (or a list of one code per beat).
     ready_cycle :
         ``ready_cycle(request) -> cycle`` at which the data may start to return (timing model).
     backpressure :
@@ -160,7 +161,7 @@ class AxiReadResponder(_Clocked):
                     await RisingEdge(self.clock)
                 chunk = payload[beat * request.beat_bytes:(beat + 1) * request.beat_bytes]
                 self.rdata.value = int.from_bytes(chunk, "little")
-                self.rresp.value = resp
+                self.rresp.value = resp[beat] if isinstance(resp, list) else resp
                 self.rlast.value = int(beat == request.beats - 1)
                 self.rvalid.value = 1
                 await RisingEdge(self.clock)

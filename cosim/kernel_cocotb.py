@@ -60,6 +60,11 @@ async def run_plan(dut):
         layout, initial = layout_command(image, spec, config)
         tb.storage.error_ranges = [(tb.image_base + a, tb.image_base + b) for a, b in spec.storage_errors]
         tb.memory.write_error_ranges = []
+        tb.memory.read_error_ranges = []
+        if spec.read_error is not None:
+            name, offset = spec.read_error
+            start = {"nodes": layout.nodes, "counts": layout.counts}[name] + offset
+            tb.memory.read_error_ranges = [(start, start + 1)]
         if spec.write_error is not None:
             name, offset = spec.write_error
             start = {"nodes": layout.nodes, "counts": layout.counts, "self": layout.self_rows,

@@ -23,6 +23,7 @@ import dataclasses
 
 import numpy as np
 
+from smartsage.rtl.beat_writer import WRITE_BURST_BEATS
 from smartsage.spec import golden
 from smartsage.spec.config import KernelConfig
 from smartsage.spec.descriptor import (
@@ -54,6 +55,8 @@ class CommandSpec:
     over the packed descriptor (malformed descriptors); a string ``"+N"`` adds N to the laid-out
     value. ``storage_errors``: (start, end) offsets *into the image* whose reads answer SLVERR.
     ``write_error``: (buffer name: nodes, counts, self or sum; byte offset) whose write answers SLVERR.
+    ``read_error``: (buffer name: nodes or counts; byte offset) whose device-memory read answers SLVERR
+    (the counts are read back only by the aggregation).
     ``self_capacity``/``sum_capacity`` (bytes, AGGREGATE): None sizes the buffer exactly. ``image_offset``: the
     image argument points this many bytes into the image (not a header page: BAD_IMAGE).
     """
@@ -68,6 +71,7 @@ class CommandSpec:
     overrides: dict[str, int | str] = dataclasses.field(default_factory=dict)
     storage_errors: list[tuple[int, int]] = dataclasses.field(default_factory=list)
     write_error: tuple[str, int] | None = None
+    read_error: tuple[str, int] | None = None
     image_offset: int = 0
     self_capacity: int | None = None
     sum_capacity: int | None = None
@@ -79,8 +83,9 @@ class CommandSpec:
     def from_dict(cls, values: dict) -> CommandSpec:
         values = dict(values)
         values["storage_errors"] = [tuple(r) for r in values.get("storage_errors", [])]
-        if values.get("write_error") is not None:
-            values["write_error"] = tuple(values["write_error"])
+        for name in ("write_error", "read_error"):
+            if values.get(name) is not None:
+                values[name] = tuple(values[name])
         return cls(**values)
 
 
@@ -209,11 +214,22 @@ def rtl_expectation(image, spec: CommandSpec, layout: Layout, initial: np.ndarra
         lo = min(image_base + a for a, _ in spec.storage_errors)
         hi = max(image_base + b for _, b in spec.storage_errors)
         return Expectation(Status.STORAGE_ERROR, None, None, (lo, hi), writes_result=result_ok)
+    if spec.read_error is not None and header.status == Status.OK:
+        name, offset = spec.read_error
+        start = {"nodes": layout.nodes, "counts": layout.counts}[name] + offset
+        # reads fetch whole beats: the failing read is a field of the beat that holds the faulty byte
+        beat = start - start % config.data_bytes
+        return Expectation(Status.STORAGE_ERROR, None, None, (beat, beat + config.data_bytes),
+                           writes_result=result_ok)
     if spec.write_error is not None and header.status == Status.OK:
         name, offset = spec.write_error
-        start = {"nodes": layout.nodes, "counts": layout.counts, "self": layout.self_rows,
-                 "sum": layout.sums}[name] + offset
-        return Expectation(Status.OUTPUT_ERROR, None, None, (start, start + 8), writes_result=result_ok)
+        buffer = {"nodes": layout.nodes, "counts": layout.counts, "self": layout.self_rows, "sum": layout.sums}[name]
+        start = buffer + offset
+        # error_value names the failing write: a field (<= 8 bytes), or for self rows and sums (written
+        # in bursts of beats) the burst's first strobed byte, inside the buffer, before the faulty byte
+        reach = WRITE_BURST_BEATS * config.data_bytes
+        first = start if name in ("nodes", "counts") else max(buffer, start - reach + 1)
+        return Expectation(Status.OUTPUT_ERROR, None, None, (first, start + 8), writes_result=result_ok)
     return Expectation(header.status, header, golden_memory if header.status == Status.OK else None,
                        writes_result=result_ok)
 

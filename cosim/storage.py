@@ -161,13 +161,25 @@ class StorageModel:
         self._map.close()
         self._file.close()
 
-    def read(self, request: ReadRequest) -> tuple[bytes, int]:
+    def read(self, request: ReadRequest) -> tuple[bytes, int | list[int]]:
+        """The burst's data and its response: one code, or one per beat when only some beats of
+        the burst touch an error range (those answer SLVERR, with zero data)."""
         offset = request.address - self.base
         end = offset + request.nbytes
         self.bytes_read += request.nbytes
-        for lo, hi in self.error_ranges:
-            if request.address < hi and request.address + request.nbytes > lo:
-                return bytes(request.nbytes), RESP_SLVERR
+        if any(request.address < hi and request.address + request.nbytes > lo for lo, hi in self.error_ranges):
+            codes = []
+            for beat in range(request.beats):
+                start = request.address + beat * request.beat_bytes
+                bad = any(start < hi and start + request.beat_bytes > lo for lo, hi in self.error_ranges)
+                codes.append(RESP_SLVERR if bad else RESP_OKAY)
+            if 0 <= offset and end <= self.size:
+                data = bytearray(self._map[offset:end])
+                for beat, code in enumerate(codes):
+                    if code != RESP_OKAY:
+                        data[beat * request.beat_bytes:(beat + 1) * request.beat_bytes] = bytes(request.beat_bytes)
+                return bytes(data), codes
+            return bytes(request.nbytes), RESP_SLVERR
         if offset < 0 or end > self.size:
             return bytes(request.nbytes), RESP_DECERR
         return self._map[offset:end], RESP_OKAY

@@ -1,50 +1,72 @@
 """Exact near-storage feature aggregation (docs/spec.md, section 4): self rows and neighbor sums.
 
-After the last hop, for each entry i of the last frontier F_{L-1} (a prefix of the node list), the
-block reads v = F_{L-1}[i] and its count n = counts[c_{L-1} + i] from device memory, then the ids of
-its n last-hop samples u_0..u_{n-1} (node-list entries from |F_{L-1}| + counts[c_{L-1}] + ... on,
-tracked as a running index), and turns each into the storage address of its feature row.
+After the last hop, for each entry i of the last frontier F_{L-1} (a prefix of the node list) with
+v = F_{L-1}[i], n = counts[c_{L-1} + i] and its last-hop samples u_0..u_{n-1} (node-list entries
+from |F_{L-1}| + counts[c_{L-1}] + ... on), the block copies v's feature row to ``self[i]`` and
+writes the elementwise sum of the samples' rows, folded in sample order, to ``sum[i]``.
 
-The row is processed in groups of :data:`GROUP` elements (the last group may be shorter). For a
-group, the element reads of u_0, u_1, ... (j-major, element-minor) are followed by those of v's row
-(copied to ``self[i]`` as stored, one strobed write per element); the answers return in order, so
-the consumer folds each element's values in sample order:
+Four parts run side by side (docs/rtl.md, "Feature aggregation"):
 
-- fp32, fp16, bf16: each element widened exactly to binary32 (NaNs canonical), the first one
-  loaded into the element's accumulator, every later one added by the shared pipelined
-  :class:`~smartsage.rtl.fp32_adder.Fp32Adder` (the accumulator lane is its tag). A lane waits
-  while its previous addition is in the adder; with ``GROUP`` lanes taking turns, a lane comes back
-  every ``GROUP`` answers, more than the adder's latency + 1, so the adder never stalls the stream
-  for rows of at least ``GROUP`` elements.
-- int8: sign-extended and summed exactly in 32 bits in the same cycle.
+- **Loader** (device memory, one word read per cycle, many in flight): for a *group* of up to
+  :data:`SLOTS` consecutive entries, their counts, their ids, then their samples' ids; each id
+  becomes its row's storage address. Two group buffers: the next group loads while the current
+  one streams.
+- **Issuer**: per group and per *chunk* of the row (:data:`CHUNK_BEATS` accumulator words of
+  ``data_width / 32`` elements; longer rows are done chunk by chunk), one storage read per row: the
+  samples' rows sample-major (u_0 of every entry, then u_1, ...), then the group's self rows (whose
+  writes then overlap the previous chunk's sums less). The
+  reads go to a :class:`~smartsage.rtl.burst_reader.BurstReader` as byte ranges (bursts, many in
+  flight, split at 4 KiB); a work FIFO tells the consumer what each read is.
+- **Consumer**: a :class:`~smartsage.rtl.row_unpacker.RowUnpacker` turns the beats into units of
+  ``data_width / 32`` elements (64, 32 or 16 bytes at 512 bits for fp32, fp16/bf16, int8). A
+  self unit goes to the writer as stored. A sample unit is widened (fp16/bf16 exactly to binary32,
+  NaNs canonical; int8 sign-extended), its accumulator word is read from on-chip memory, and
+  ``data_width / 32`` :class:`~smartsage.rtl.fp32_adder.Fp32Adder` (one per lane) add it; the
+  result is written back ``latency`` cycles later. The first sample of an entry is loaded, not
+  added (``acc = x(u_0)``); int8 adds in 32 bits in the same cycle (delayed alike). So every
+  element's sum is the spec's left fold in sample order. An accumulator word is not used again
+  until its previous result is back (``latency + 1`` cycles): the sample-major order puts the other
+  entries of the group in between, and the consumer waits only when too few entries still have
+  samples.
+- **Sum writer**: once a chunk's last addition is back, its sums are read from the accumulator
+  memory (two banks: the next chunk fills the other) and written; an entry with n = 0 gets +0 / 0.
 
-Then the group's sums are handed to a sum writer that writes them to ``sum[i]`` (4 bytes each;
-n = 0 leaves +0.0 / 0) while the next group's sample answers (which need no write) stream in; the
-self answers, last in a group, wait for it. Reads run ahead of the consumer (up to the read
-engine's ``outstanding`` reads). A read error stops the
-block with ``error`` and the failing address. Every write lies inside ``self[0..entries)`` and
-``sum[0..entries)``; the kernel checks their capacities before ``start``.
+Self units and sums are written through one :class:`~smartsage.rtl.beat_writer.BeatWriter`
+(strobed full-width beats; a run of pieces keeps the writer until its last piece). A read error
+(storage or device memory) or a write error stops the block: it issues nothing more, lets every
+read and write in flight finish, then drops ``busy`` with ``error`` or ``write_error`` and the
+address. Every write lies inside ``self[0..entries)`` and ``sum[0..entries)``; the kernel checks
+their capacities before ``start``.
 """
 
 from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, wiring
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from smartsage.spec.config import KernelConfig
 from smartsage.spec.image import FeatureDtype
 
-from .field_writer import WriteWord
+from .axi import ADDRESS_WIDTH, AxiReadSignature, AxiSignature
+from .beat_writer import BeatWriter
+from .burst_reader import BurstReader
 from .float_widen import widen_to_fp32
 from .fp32_adder import DEFAULT_LATENCY, Fp32Adder
-from .read_stream import StreamWord
+from .read_stream import ReadStream
+from .row_unpacker import RowUnpacker
 
-__all__ = ["FeatureAggregator", "AggregateParameters", "GROUP"]
+__all__ = ["FeatureAggregator", "AggregateParameters", "SLOTS", "CHUNK_BEATS", "ADDER_LATENCY"]
 
-#: Feature elements folded together (accumulator lanes): more than the adder's latency + 1.
-GROUP = 8
-assert GROUP > DEFAULT_LATENCY + 1
+#: Adder pipeline depth (cycles from an addition's operands to its result).
+ADDER_LATENCY = DEFAULT_LATENCY
+#: Entries of a group (accumulator slots): sample-major order re-uses an accumulator word every
+#: (active entries x beats per row chunk) cycles, >= ADDER_LATENCY + 1 whenever all are active.
+SLOTS = ADDER_LATENCY + 1
+#: Accumulator words (of data_width / 32 elements) per slot: the row chunk summed at a time.
+CHUNK_BEATS = 8
 
 #: What the kernel hands over at ``start`` (held stable while ``busy``).
 AggregateParameters = data.StructLayout({
@@ -60,13 +82,22 @@ AggregateParameters = data.StructLayout({
 })
 
 
+def _first(bits):
+    """(found, index) of the lowest set bit of a list of 1-bit values."""
+    index = Const(0, range(len(bits)))
+    for i in reversed(range(len(bits))):
+        index = Mux(bits[i], i, index)
+    return Cat(*bits).any(), index
+
+
 class FeatureAggregator(wiring.Component):
-    """Self-row copy and exact neighbor sums of the last frontier (one element read per cycle).
+    """Self-row copy and exact neighbor sums of the last frontier, one read beat per cycle.
 
     Parameters
     ----------
-    max_fanout : int
-        Largest count of an entry (the sample ids of one entry are held on chip).
+    config : KernelConfig
+        ``data_width`` (the buses, ``data_width / 32`` adders), ``outstanding_reads`` (bursts and
+        device-memory reads in flight, writes in flight) and ``max_fanout`` (samples of an entry).
 
     Members
     -------
@@ -77,270 +108,489 @@ class FeatureAggregator(wiring.Component):
     error : ``Out(1)``
         A read was answered with an error (valid once ``busy`` falls); ``error_address`` names it.
     error_address : ``Out(64)``
-    mem_request : ``Out(stream.Signature(64))``
-        Device-memory reads (node ids, counts).
-    mem_response : ``In(stream.Signature(StreamWord))``
-    storage_request : ``Out(stream.Signature(64))``
-        Feature element reads.
-    storage_response : ``In(stream.Signature(StreamWord))``
-    write : ``Out(stream.Signature(WriteWord))``
-        Self elements (``narrow`` for 1- and 2-byte elements) and sums.
+    write_error : ``Out(1)``
+        A write was answered with an error (and no read was); ``write_error_address`` names it.
+    write_error_address : ``Out(64)``
+    storage : ``Out(AxiReadSignature(data_width))``
+        Feature rows (bursts).
+    mem : ``Out(AxiSignature(data_width))``
+        Device memory: counts and node ids read, self rows and sums written.
     """
 
-    def __init__(self, max_fanout: int):
-        if not isinstance(max_fanout, int) or max_fanout < 1:
-            raise ValueError(f"Max fanout must be a positive integer, not {max_fanout!r}")
-        self._max_fanout = max_fanout
+    def __init__(self, config: KernelConfig):
+        if not isinstance(config, KernelConfig):
+            raise TypeError(f"Config must be a KernelConfig, not {config!r}")
+        self._config = config
         super().__init__({
             "start": In(1),
             "parameters": In(AggregateParameters),
             "busy": Out(1),
             "error": Out(1),
-            "error_address": Out(64),
-            "mem_request": Out(stream.Signature(64)),
-            "mem_response": In(stream.Signature(StreamWord)),
-            "storage_request": Out(stream.Signature(64)),
-            "storage_response": In(stream.Signature(StreamWord)),
-            "write": Out(stream.Signature(WriteWord)),
+            "error_address": Out(ADDRESS_WIDTH),
+            "write_error": Out(1),
+            "write_error_address": Out(ADDRESS_WIDTH),
+            "storage": Out(AxiReadSignature(config.data_width)),
+            "mem": Out(AxiSignature(config.data_width)),
         })
 
     @property
-    def max_fanout(self) -> int:
-        return self._max_fanout
+    def config(self) -> KernelConfig:
+        return self._config
 
     def elaborate(self, platform):
         m = Module()
+        cfg = self._config
+        width = cfg.data_width
+        data_bytes = width // 8
+        lanes = width // 32
+        chunk_elements = CHUNK_BEATS * lanes
+        max_fanout = cfg.max_fanout
+        fanout_stride = 1 << (max_fanout - 1).bit_length()   # table rows padded to a power of two
+        slot_bits = (SLOTS - 1).bit_length()
+        beat_bits = (CHUNK_BEATS - 1).bit_length()
+
+        m.submodules.rows = rows = BurstReader(width, cfg.outstanding_reads)
+        m.submodules.unpacker = unpacker = RowUnpacker(width)
+        m.submodules.ids = ids = ReadStream(width, cfg.outstanding_reads)
+        m.submodules.writer = writer = BeatWriter(width, cfg.outstanding_reads)
+        wiring.connect(m, rows.response, unpacker.beats)
+        wiring.connect(m, wiring.flipped(self.storage), rows.bus)
+        for port in (ids.bus, writer.bus):
+            for name, member in port.signature.members.items():
+                if member.flow == Out:
+                    m.d.comb += getattr(self.mem, name).eq(getattr(port, name))
+                else:
+                    m.d.comb += getattr(port, name).eq(getattr(self.mem, name))
+
         p = Signal(AggregateParameters)
-        m.submodules.adder = adder = Fp32Adder(tag_width=(GROUP - 1).bit_length())
-        # row addresses of the current entry's samples
-        m.submodules.rows = rows = Memory(shape=64, depth=self._max_fanout, init=[])
-        row_write = rows.write_port()
-        row_read = rows.read_port(domain="comb")
+        running = Signal()
+        draining = Signal()     # an error: nothing new is issued, everything in flight finishes
+        m.d.comb += self.busy.eq(running)
 
         dtype = p.feature_dtype
         is_int8 = dtype == int(FeatureDtype.INT8)
-        size_log2 = Mux(dtype == int(FeatureDtype.FP32), 2,
-                        Mux((dtype == int(FeatureDtype.FP16)) | (dtype == int(FeatureDtype.BF16)), 1, 0))
+        size_log2 = Signal(2)
+        m.d.comb += size_log2.eq(Mux(dtype == int(FeatureDtype.FP32), 2,
+                                     Mux((dtype == int(FeatureDtype.FP16)) | (dtype == int(FeatureDtype.BF16)),
+                                         1, 0)))
         row_bytes = Signal(40)
         m.d.comb += row_bytes.eq(p.feature_dim << size_log2)
+        unit_log2 = (lanes.bit_length() - 1) + size_log2      # a unit: one element per lane
+        m.d.comb += unpacker.unit_log2.eq(unit_log2)
+        id_log2 = Mux(p.wide_ids, 3, 2)
 
-        entry = Signal(64)          # i
-        sample_index = Signal(64)   # node-list index of the entry's first sample
-        count = Signal(range(self._max_fanout + 1))
-        self_row = Signal(64)       # storage address of v's row
-        group_base = Signal(32)     # e0
-        group_size = Signal(range(GROUP + 1))
-        id_bytes_log2 = Mux(p.wide_ids, 3, 2)
+        def ident(word, wide=p.wide_ids):
+            return Mux(wide, word.data, Mux(word.address[2], word.data[32:], word.data[:32]))
 
-        # sample-id fetch (issue and consume counters)
-        fetch_issued = Signal(range(self._max_fanout + 1))
-        fetch_taken = Signal(range(self._max_fanout + 1))
+        def fail(address):
+            with m.If(~draining):
+                m.d.sync += [draining.eq(1), self.error.eq(1), self.error_address.eq(address)]
 
-        # group reads: issuer (phase self then sample j, element e) and consumer, same order
+        # ---- group buffers (two): counts, row addresses, self destinations, sample row addresses
+        group_k = Array(Signal(range(SLOTS + 1), name=f"group{g}_k") for g in range(2))
+        group_sum = Array(Signal(64, name=f"group{g}_sum") for g in range(2))
+        group_free = Array(Signal(init=1, name=f"group{g}_free") for g in range(2))   # the loader may fill it
+        group_full = Array(Signal(name=f"group{g}_full") for g in range(2))   # loaded, the issuer may stream it
+        counts = Array(Array(Signal(range(max_fanout + 1), name=f"count{g}_{e}") for e in range(SLOTS))
+                       for g in range(2))
+        counted = Array(Signal(SLOTS, name=f"counted{g}") for g in range(2))
+        self_rows = Array(Array(Signal(64, name=f"self_row{g}_{e}") for e in range(SLOTS)) for g in range(2))
+        self_dests = Array(Array(Signal(64, name=f"self_dest{g}_{e}") for e in range(SLOTS)) for g in range(2))
+        m.submodules.samples = samples = Memory(shape=64, depth=2 * SLOTS * fanout_stride, init=[])
+        sample_write = samples.write_port()
+        sample_read = samples.read_port(domain="comb")
+
+        def table_address(g, e, j):
+            return (g * SLOTS + e) * fanout_stride + j
+
+        # ---- loader, request side: counts, ids, then the samples' ids of each entry of a group
+        load_base = Signal(64)          # first entry of the group being requested
+        load_group = Signal()
+        load_k = Signal(range(SLOTS + 1))
+        load_e = Signal(range(SLOTS + 1))
+        load_j = Signal(range(max_fanout + 1))
+        load_sample = Signal(64)        # node-list index of the next sample id
+        left = p.entries - load_base
+        with m.FSM(name="load_issue"):
+            with m.State("L_IDLE"):
+                with m.If(running & ~draining & (load_base < p.entries) & group_free[load_group]):
+                    m.d.sync += [load_k.eq(Mux(left < SLOTS, left, SLOTS)), load_e.eq(0),
+                                 counted[load_group].eq(0)]
+                    m.d.sync += group_free[load_group].eq(0)
+                    m.next = "L_COUNTS"
+            with m.State("L_COUNTS"):
+                m.d.comb += [ids.request.valid.eq(~draining),
+                             ids.request.payload.eq(p.counts_addr + ((load_base + load_e) << 2))]
+                with m.If(ids.request.valid & ids.request.ready):
+                    m.d.sync += load_e.eq(load_e + 1)
+                    with m.If(load_e == load_k - 1):
+                        m.d.sync += load_e.eq(0)
+                        m.next = "L_IDS"
+            with m.State("L_IDS"):
+                m.d.comb += [ids.request.valid.eq(~draining),
+                             ids.request.payload.eq(p.nodes_ptr + ((load_base + load_e) << id_log2))]
+                with m.If(ids.request.valid & ids.request.ready):
+                    m.d.sync += load_e.eq(load_e + 1)
+                    with m.If(load_e == load_k - 1):
+                        m.d.sync += [load_e.eq(0), load_j.eq(0)]
+                        m.next = "L_SAMPLES"
+            with m.State("L_SAMPLES"):
+                count = counts[load_group][load_e]
+                known = counted[load_group].bit_select(load_e, 1)
+                with m.If(load_e == load_k):
+                    m.d.sync += [load_base.eq(load_base + load_k), load_group.eq(~load_group)]
+                    m.next = "L_IDLE"
+                with m.Elif(known & (load_j == count)):
+                    m.d.sync += [load_e.eq(load_e + 1), load_j.eq(0)]
+                with m.Elif(known):
+                    m.d.comb += [ids.request.valid.eq(~draining),
+                                 ids.request.payload.eq(p.nodes_ptr + (load_sample << id_log2))]
+                    with m.If(ids.request.valid & ids.request.ready):
+                        m.d.sync += [load_j.eq(load_j + 1), load_sample.eq(load_sample + 1)]
+                        with m.If(load_j == count - 1):   # the next entry at once
+                            m.d.sync += [load_e.eq(load_e + 1), load_j.eq(0)]
+
+        # ---- loader, answer side: the same order
+        take_base = Signal(64)
+        take_group = Signal()
+        take_k = Signal(range(SLOTS + 1))
+        take_e = Signal(range(SLOTS + 1))
+        take_j = Signal(range(max_fanout + 1))
+        self_dest = Signal(64)          # running: self[take entry]
+        sum_dest = Signal(64)           # running: sum[first entry of the group being taken]
+        word = ids.response.payload
+        row_of = Signal(64)
+        m.d.comb += [row_of.eq(p.features_base + ident(word) * row_bytes),
+                     sample_write.data.eq(row_of),
+                     sample_write.addr.eq(table_address(take_group, take_e, take_j))]
+        take_left = p.entries - take_base
+        with m.FSM(name="load_take"):
+            with m.State("T_IDLE"):
+                with m.If(running & (take_base < p.entries)):
+                    m.d.sync += [take_k.eq(Mux(take_left < SLOTS, take_left, SLOTS)), take_e.eq(0)]
+                    m.next = "T_COUNTS"
+            with m.State("T_COUNTS"):
+                m.d.comb += ids.response.ready.eq(1)
+                with m.If(ids.response.valid & ~word.error):
+                    m.d.sync += [counts[take_group][take_e].eq(ident(word, 0)),
+                                 counted[take_group].eq(counted[take_group] | (1 << take_e)),
+                                 take_e.eq(take_e + 1)]
+                    with m.If(take_e == take_k - 1):
+                        m.d.sync += take_e.eq(0)
+                        m.next = "T_IDS"
+            with m.State("T_IDS"):
+                m.d.comb += ids.response.ready.eq(1)
+                with m.If(ids.response.valid & ~word.error):
+                    m.d.sync += [self_rows[take_group][take_e].eq(row_of),
+                                 self_dests[take_group][take_e].eq(self_dest),
+                                 self_dest.eq(self_dest + row_bytes), take_e.eq(take_e + 1)]
+                    with m.If(take_e == take_k - 1):
+                        m.d.sync += [take_e.eq(0), take_j.eq(0)]
+                        m.next = "T_SAMPLES"
+            with m.State("T_SAMPLES"):
+                count = counts[take_group][take_e]
+                with m.If(take_e == take_k):
+                    m.d.sync += [group_full[take_group].eq(1), group_k[take_group].eq(take_k),
+                                 group_sum[take_group].eq(sum_dest),
+                                 sum_dest.eq(sum_dest + ((take_k * p.feature_dim) << 2)),
+                                 take_base.eq(take_base + take_k), take_group.eq(~take_group)]
+                    m.next = "T_IDLE"
+                with m.Elif(take_j == count):
+                    m.d.sync += [take_e.eq(take_e + 1), take_j.eq(0)]
+                with m.Else():
+                    m.d.comb += ids.response.ready.eq(1)
+                    with m.If(ids.response.valid & ~word.error):
+                        m.d.comb += sample_write.en.eq(1)
+                        m.d.sync += take_j.eq(take_j + 1)
+                        with m.If(take_j == count - 1):
+                            m.d.sync += [take_e.eq(take_e + 1), take_j.eq(0)]
+        with m.If(ids.response.valid & word.error):
+            fail(word.address)
+        with m.If(draining):
+            m.d.comb += ids.response.ready.eq(1)
+
+        # ---- issuer: per group and row chunk, the samples' rows sample-major, then the self rows
+        work_layout = data.StructLayout({"self": 1, "slot": slot_bits, "load": 1, "bank": 1, "dest": 64,
+                                         "bytes": 16, "chunk_last": 1})
+        chunk_layout = data.StructLayout({"bank": 1, "sum_dest": 64, "k": range(SLOTS + 1), "empty": SLOTS,
+                                          "elements": 16})
+        m.submodules.work = work = SyncFIFO(width=work_layout.size, depth=cfg.outstanding_reads)
+        m.submodules.chunks = chunks = SyncFIFO(width=chunk_layout.size, depth=8)
+        work_in = Signal(work_layout)
+        chunk_in = Signal(chunk_layout)
+        m.d.comb += [work.w_data.eq(work_in), chunks.w_data.eq(chunk_in)]
+
+        issue_group = Signal()
+        issue_bank = Signal()
         issue_self = Signal()
-        issue_j = Signal(range(self._max_fanout + 1))
-        issue_e = Signal(range(GROUP))
-        take_self = Signal()
-        take_j = Signal(range(self._max_fanout + 1))
-        take_e = Signal(range(GROUP))
-        take_done = Signal()
-        issue_done = Signal()
-
-        # a finished group's sums, written out while the next group's reads run
-        sums_out = Array(Signal(32, name=f"sum_out{lane}") for lane in range(GROUP))
-        sums_size = Signal(range(GROUP + 1))
-        sums_index = Signal(range(GROUP + 1))
-        sums_base = Signal(64)
-        sums_writing = Signal()
-        m.d.comb += sums_writing.eq(sums_index != sums_size)
-
-        acc = Array(Signal(32, name=f"acc{lane}") for lane in range(GROUP))
-        pending = Signal(GROUP)     # lanes whose addition is in the adder
-
-        # the adder's results land in their lanes
-        with m.If(adder.o.valid):
-            m.d.sync += acc[adder.o.payload.tag].eq(adder.o.payload.sum)
-        added = Signal(GROUP)
-        issued_add = Signal(GROUP)
-        m.d.comb += added.eq(Mux(adder.o.valid, 1 << adder.o.payload.tag, 0))
-
-        def ident(word, address, wide):
-            return Mux(wide, word, Mux(address[2], word[32:], word[:32]))
-
-        # the answer's element, widened to binary32 (NaNs canonical) and sign-extended (int8)
-        answer = self.storage_response.payload
-        element = Signal(32)
-        m.d.comb += element.eq(answer.data >> Cat(Const(0, 3), answer.address[:3]))
-        widened = Signal(32)
-        m.d.comb += widened.eq(Mux(dtype == int(FeatureDtype.FP32),
-                                   widen_to_fp32(m, element[:32], FeatureDtype.FP32, name="w32"),
-                                   Mux(dtype == int(FeatureDtype.BF16),
-                                       widen_to_fp32(m, element[:16], FeatureDtype.BF16, name="wbf"),
-                                       widen_to_fp32(m, element[:16], FeatureDtype.FP16, name="w16"))))
-        integer = Signal(32)
-        m.d.comb += integer.eq(element[:8].as_signed())
-        with m.FSM(name="aggregator"):
-            with m.State("A_IDLE"):
-                with m.If(self.start):
-                    m.d.sync += [p.eq(self.parameters), entry.eq(0), sample_index.eq(self.parameters.entries),
-                                 self.error.eq(0)]
-                    m.next = "A_ENTRY"
-            with m.State("A_ENTRY"):
-                m.d.comb += self.busy.eq(1)
-                with m.If(entry == p.entries):
-                    with m.If(~sums_writing):  # the last sums have been handed to the writer
-                        m.next = "A_IDLE"
-                with m.Else():
-                    m.d.comb += [self.mem_request.valid.eq(1),
-                                 self.mem_request.payload.eq(p.nodes_ptr + (entry << id_bytes_log2))]
-                    with m.If(self.mem_request.ready):
-                        m.next = "A_COUNT"
-            with m.State("A_COUNT"):
-                m.d.comb += [self.busy.eq(1), self.mem_request.valid.eq(1),
-                             self.mem_request.payload.eq(p.counts_addr + (entry << 2))]
-                with m.If(self.mem_request.ready):
-                    m.next = "A_NODE_WAIT"
-            with m.State("A_NODE_WAIT"):
-                word = self.mem_response.payload
-                m.d.comb += [self.busy.eq(1), self.mem_response.ready.eq(1)]
-                with m.If(self.mem_response.valid):
-                    with m.If(word.error):
-                        m.d.sync += [self.error.eq(1), self.error_address.eq(word.address)]
-                        m.next = "A_ERROR"
-                    with m.Else():
-                        m.d.sync += self_row.eq(p.features_base + ident(word.data, word.address, p.wide_ids)
-                                                * row_bytes)
-                        m.next = "A_COUNT_WAIT"
-            with m.State("A_COUNT_WAIT"):
-                word = self.mem_response.payload
-                m.d.comb += [self.busy.eq(1), self.mem_response.ready.eq(1)]
-                with m.If(self.mem_response.valid):
-                    with m.If(word.error):
-                        m.d.sync += [self.error.eq(1), self.error_address.eq(word.address)]
-                        m.next = "A_ERROR"
-                    with m.Else():
-                        m.d.sync += [count.eq(ident(word.data, word.address, 0)),
-                                     fetch_issued.eq(0), fetch_taken.eq(0)]
-                        m.next = "A_FETCH"
-            with m.State("A_FETCH"):  # the sample ids stream in; each becomes its row's address
-                word = self.mem_response.payload
-                m.d.comb += [self.busy.eq(1), self.mem_response.ready.eq(1)]
-                with m.If(fetch_issued != count):
-                    m.d.comb += [self.mem_request.valid.eq(1),
-                                 self.mem_request.payload.eq(p.nodes_ptr
-                                                             + ((sample_index + fetch_issued) << id_bytes_log2))]
-                    with m.If(self.mem_request.ready):
-                        m.d.sync += fetch_issued.eq(fetch_issued + 1)
-                m.d.comb += [row_write.addr.eq(fetch_taken),
-                             row_write.data.eq(p.features_base + ident(word.data, word.address, p.wide_ids)
-                                               * row_bytes)]
-                with m.If(self.mem_response.valid):
-                    with m.If(word.error):
-                        m.d.sync += [self.error.eq(1), self.error_address.eq(word.address)]
-                        m.next = "A_ERROR"
-                    with m.Else():
-                        m.d.comb += row_write.en.eq(1)
-                        m.d.sync += fetch_taken.eq(fetch_taken + 1)
-                with m.If(fetch_taken == count):
-                    m.d.sync += group_base.eq(0)
-                    m.next = "A_GROUP"
-            with m.State("A_GROUP"):
-                m.d.comb += self.busy.eq(1)
-                remaining = p.feature_dim - group_base
-                with m.If(group_base >= p.feature_dim):
-                    m.d.sync += [entry.eq(entry + 1), sample_index.eq(sample_index + count)]
-                    m.next = "A_ENTRY"
-                with m.Else():
-                    m.d.sync += [group_size.eq(Mux(remaining < GROUP, remaining, GROUP)),
-                                 issue_self.eq(count == 0), issue_j.eq(0), issue_e.eq(0), issue_done.eq(0),
-                                 take_self.eq(count == 0), take_j.eq(0), take_e.eq(0), take_done.eq(0)]
-                    m.d.sync += [lane.eq(0) for lane in acc]
-                    m.next = "A_RUN"
-            with m.State("A_RUN"):
-                m.d.comb += self.busy.eq(1)
-                # issuer: each sample's elements (group_size of them), then v's
-                issuing = ~issue_done
-                row = Mux(issue_self, self_row, row_read.data)
-                m.d.comb += [row_read.addr.eq(issue_j),
-                             self.storage_request.valid.eq(issuing),
-                             self.storage_request.payload.eq(row + ((group_base + issue_e) << size_log2))]
-                with m.If(self.storage_request.valid & self.storage_request.ready):
-                    with m.If(issue_e == group_size - 1):
-                        m.d.sync += issue_e.eq(0)
-                        with m.If(issue_self):
-                            m.d.sync += issue_done.eq(1)
+        issue_e = Signal(range(SLOTS))
+        issue_j = Signal(range(max_fanout + 1))
+        chunk_start = Signal(32)        # first element of the chunk
+        released = Signal(64)           # entries whose every chunk was issued
+        k = group_k[issue_group]
+        remaining = p.feature_dim - chunk_start
+        chunk_len = Signal(16)          # elements in this chunk
+        m.d.comb += chunk_len.eq(Mux(remaining < chunk_elements, remaining, chunk_elements))
+        chunk_offset = chunk_start << size_log2
+        chunk_bytes = chunk_len << size_log2
+        active = [Signal(name=f"active{j}_{e}") for j in range(2) for e in range(SLOTS)]
+        now_active = active[:SLOTS]       # entries with a sample issue_j
+        next_active = active[SLOTS:]      # entries with a sample issue_j + 1
+        for e in range(SLOTS):
+            count = counts[issue_group][e]
+            m.d.comb += [now_active[e].eq((e < k) & (count > issue_j)),
+                         next_active[e].eq((e < k) & (count > issue_j + 1))]
+        later = [Const(0)] + [now_active[e] & (issue_e < e) for e in range(1, SLOTS)]
+        any_later, first_later = _first(later)
+        any_next, first_next = _first(next_active)
+        any_first, first_first = _first(now_active)     # (at a chunk's start, issue_j = 0)
+        empty = Cat(*(~now_active[e] & (e < k) for e in range(SLOTS)))
+        last_self = issue_e == k - 1
+        chunk_last = issue_self & last_self
+        m.d.comb += sample_read.addr.eq(table_address(issue_group, issue_e, issue_j))
+        row = Mux(issue_self, self_rows[issue_group][issue_e], sample_read.data)
+        chunk_fresh = Signal()
+        first_of_chunk = chunk_fresh
+        m.d.comb += [
+            rows.request.payload.address.eq(row + chunk_offset),
+            rows.request.payload.length.eq(chunk_bytes),
+            work_in.self.eq(issue_self), work_in.slot.eq(issue_e), work_in.load.eq(issue_j == 0),
+            work_in.bank.eq(issue_bank), work_in.dest.eq(self_dests[issue_group][issue_e] + chunk_offset),
+            work_in.bytes.eq(chunk_bytes), work_in.chunk_last.eq(chunk_last),
+            chunk_in.bank.eq(issue_bank), chunk_in.sum_dest.eq(group_sum[issue_group] + (chunk_start << 2)),
+            chunk_in.k.eq(k), chunk_in.empty.eq(empty), chunk_in.elements.eq(chunk_len),
+        ]
+        issuing = Signal()
+        fire = Signal()
+        m.d.comb += [
+            rows.request.valid.eq(issuing & ~draining & work.w_rdy & (~first_of_chunk | chunks.w_rdy)),
+            fire.eq(rows.request.valid & rows.request.ready),
+            work.w_en.eq(fire),
+            chunks.w_en.eq(fire & first_of_chunk),
+        ]
+        with m.FSM(name="issue"):
+            with m.State("I_IDLE"):
+                with m.If(running & group_full[issue_group]):
+                    m.d.sync += [chunk_start.eq(0), issue_j.eq(0)]
+                    m.next = "I_CHUNK"
+            with m.State("I_CHUNK"):   # samples first (if any), then the self rows
+                m.d.sync += [issue_self.eq(~any_first), issue_e.eq(Mux(any_first, first_first, 0)),
+                             chunk_fresh.eq(1)]
+                m.next = "I_ROWS"
+            with m.State("I_ROWS"):
+                m.d.comb += issuing.eq(1)
+                with m.If(fire):
+                    m.d.sync += chunk_fresh.eq(0)
+                    with m.If(chunk_last):
+                        m.d.sync += [issue_bank.eq(~issue_bank), issue_j.eq(0),
+                                     chunk_start.eq(chunk_start + chunk_elements)]
+                        with m.If(remaining <= chunk_elements):     # the group's last chunk
+                            m.d.sync += [group_full[issue_group].eq(0), group_free[issue_group].eq(1),
+                                         issue_group.eq(~issue_group), released.eq(released + k)]
+                            m.next = "I_IDLE"
                         with m.Else():
-                            m.d.sync += issue_j.eq(issue_j + 1)
-                            with m.If(issue_j == count - 1):
-                                m.d.sync += issue_self.eq(1)
-                    with m.Else():
+                            m.next = "I_CHUNK"
+                    with m.Elif(issue_self):
                         m.d.sync += issue_e.eq(issue_e + 1)
-
-                # consumer, in the same order
-                lane = acc[take_e]
-                busy_lane = pending.bit_select(take_e, 1)
-                accept = Signal()
-                with m.If(take_done):
-                    pass
-                with m.Elif(take_self):  # (the writer is the previous group's sums' first)
-                    m.d.comb += [
-                        self.write.valid.eq(self.storage_response.valid & ~answer.error & ~sums_writing),
-                        self.write.payload.address.eq(p.self_ptr + (((entry * p.feature_dim)[:64] + group_base
-                                                                      + take_e) << size_log2)),
-                        self.write.payload.data.eq(element),
-                        self.write.payload.narrow.eq(Mux(size_log2 == 2, 0, Mux(size_log2 == 1, 2, 1))),
-                        accept.eq((self.write.ready & ~sums_writing) | answer.error),
-                    ]
-                with m.Elif(is_int8 | (take_j == 0)):
-                    m.d.comb += accept.eq(1)
-                with m.Else():
-                    m.d.comb += accept.eq(~busy_lane)
-                m.d.comb += self.storage_response.ready.eq(accept & ~take_done)
-                with m.If(self.storage_response.valid & self.storage_response.ready):
-                    with m.If(answer.error):
-                        m.d.sync += [self.error.eq(1), self.error_address.eq(answer.address)]
-                        m.next = "A_ERROR"
+                    with m.Elif(any_later):
+                        m.d.sync += issue_e.eq(first_later)
+                    with m.Elif(any_next):
+                        m.d.sync += [issue_j.eq(issue_j + 1), issue_e.eq(first_next)]
                     with m.Else():
-                        with m.If(~take_self):
-                            with m.If(is_int8):
-                                m.d.sync += lane.eq(Mux(take_j == 0, integer, lane + integer))
-                            with m.Elif(take_j == 0):
-                                m.d.sync += lane.eq(widened)
-                            with m.Else():
-                                m.d.comb += [adder.i.valid.eq(1), adder.i.payload.a.eq(lane),
-                                             adder.i.payload.b.eq(widened), adder.i.payload.tag.eq(take_e),
-                                             issued_add.eq(1 << take_e)]
-                        with m.If(take_e == group_size - 1):
-                            m.d.sync += take_e.eq(0)
-                            with m.If(take_self):
-                                m.d.sync += take_done.eq(1)
-                            with m.Else():
-                                m.d.sync += take_j.eq(take_j + 1)
-                                with m.If(take_j == count - 1):
-                                    m.d.sync += take_self.eq(1)
-                        with m.Else():
-                            m.d.sync += take_e.eq(take_e + 1)
-                # every answer taken and every addition back: the group's sums are handed to the
-                # sum writer (once it has written the previous group's) and the next group starts
-                with m.If(take_done & (pending == 0) & ~sums_writing):
-                    m.d.sync += [sums_out[lane].eq(acc[lane]) for lane in range(GROUP)]
-                    m.d.sync += [sums_size.eq(group_size), sums_index.eq(0),
-                                 sums_base.eq(p.sum_ptr + (((entry * p.feature_dim)[:64] + group_base) << 2)),
-                                 group_base.eq(group_base + GROUP)]
-                    m.next = "A_GROUP"
-            with m.State("A_ERROR"):  # stopped; the kernel ends the command
-                with m.If(self.start):
-                    m.d.sync += [p.eq(self.parameters), entry.eq(0), sample_index.eq(self.parameters.entries),
-                                 self.error.eq(0)]
-                    m.next = "A_ENTRY"
-        m.d.sync += pending.eq((pending | issued_add) & ~added)
+                        m.d.sync += [issue_self.eq(1), issue_e.eq(0)]
 
-        # the sum writer: a finished group's sums, one 4-byte write each, while the FSM goes on
-        with m.If(sums_writing):
-            m.d.comb += [self.write.valid.eq(1),
-                         self.write.payload.address.eq(sums_base + (sums_index << 2)),
-                         self.write.payload.data.eq(sums_out[sums_index]),
-                         self.write.payload.wide.eq(0), self.write.payload.narrow.eq(0)]
-            with m.If(self.write.ready):
-                m.d.sync += sums_index.eq(sums_index + 1)
+        # ---- consumer, stage 0: a unit and its work record
+        unit = unpacker.units.payload
+        record = Signal(work_layout)
+        m.d.comb += record.eq(work.r_data)
+        unit_bytes = Const(1, range(data_bytes + 1)) << unit_log2
+        unit_index = Signal(beat_bits)
+        present = unpacker.units.valid & work.r_rdy
+        acc_address = Signal(1 + slot_bits + beat_bits)
+        m.d.comb += acc_address.eq(Cat(unit_index, record.slot, record.bank))
+        history = [Signal(acc_address.shape(), name=f"used{i}") for i in range(ADDER_LATENCY)]
+        history_valid = Signal(ADDER_LATENCY)
+        hazard = Cat(*(history_valid[i] & (history[i] == acc_address) for i in range(ADDER_LATENCY))).any()
+
+        m.submodules.accumulators = accumulators = Memory(shape=lanes * 32, depth=1 << len(acc_address), init=[])
+        acc_write = accumulators.write_port()
+        acc_read = accumulators.read_port(domain="sync", transparent_for=[acc_write])
+        sum_read = accumulators.read_port(domain="sync")
+        m.d.comb += acc_read.addr.eq(acc_address)
+
+        # self pieces and sum pieces share the writer; a run (up to its flush) keeps it
+        piece_layout = writer.piece.payload.shape()
+        self_piece = Signal(piece_layout)
+        self_valid = Signal()
+        self_ready = Signal()
+        sum_piece = Signal(piece_layout)
+        sum_valid = Signal()
+        sum_ready = Signal()
+        written_bytes = (unit_index << unit_log2)[:16]
+        left_bytes = record.bytes - written_bytes
+        m.d.comb += [
+            self_piece.data.eq(unit.data),
+            self_piece.nbytes.eq(Mux(left_bytes < unit_bytes, left_bytes, unit_bytes)),
+            self_piece.address.eq(record.dest + written_bytes),
+            self_piece.flush.eq(unit.last),
+        ]
+
+        ends_chunk = record.chunk_last & unit.last
+        unread = Array(Signal(range(9), name=f"unread{b}") for b in range(2))   # finished chunks per bank
+        accept = Signal()
+        sample_accept = Signal()
+        with m.If(draining):
+            m.d.comb += accept.eq(1)
+        with m.Elif(unit.error):
+            m.d.comb += accept.eq(1)
+            with m.If(present):
+                fail(unit.address)
+        with m.Elif(record.self):
+            m.d.comb += [self_valid.eq(present), accept.eq(self_ready)]
+        with m.Else():   # its accumulator word is free and its bank's previous sums were read out
+            m.d.comb += [accept.eq(~hazard & (unread[record.bank] == 0)), sample_accept.eq(present & accept)]
+        m.d.comb += unpacker.units.ready.eq(accept & (work.r_rdy | draining))
+        taken = present & accept
+        chunk_done = Signal()
+        m.d.comb += chunk_done.eq(taken & ends_chunk & ~unit.error & ~draining)
+        with m.If(taken):
+            m.d.sync += unit_index.eq(Mux(unit.last, 0, unit_index + 1))
+            m.d.comb += work.r_en.eq(unit.last)
+        m.d.sync += [history_valid.eq(Cat(sample_accept, history_valid[:-1])),
+                     history[0].eq(acc_address)]
+        m.d.sync += [history[i].eq(history[i - 1]) for i in range(1, ADDER_LATENCY)]
+
+        # widened lanes (binary32, NaNs canonical; int8 sign-extended)
+        lane_values = []
+        for lane in range(lanes):
+            fp32 = widen_to_fp32(m, unit.data[32 * lane:32 * lane + 32], FeatureDtype.FP32, name=f"w32_{lane}")
+            half = unit.data[16 * lane:16 * lane + 16]
+            bf16 = widen_to_fp32(m, half, FeatureDtype.BF16, name=f"wbf_{lane}")
+            fp16 = widen_to_fp32(m, half, FeatureDtype.FP16, name=f"w16_{lane}")
+            int8 = unit.data[8 * lane:8 * lane + 8].as_signed()
+            value = Signal(32, name=f"lane{lane}")
+            m.d.comb += value.eq(Mux(dtype == int(FeatureDtype.FP32), fp32,
+                                     Mux(dtype == int(FeatureDtype.BF16), bf16,
+                                         Mux(dtype == int(FeatureDtype.FP16), fp16, int8))))
+            lane_values.append(value)
+
+        # stage 1: the accumulator word is read; the adders (or the load / int8 sum) start
+        stage_valid = Signal()
+        stage_address = Signal(acc_address.shape())
+        stage_load = Signal()
+        stage_values = Signal(lanes * 32)
+        m.d.sync += [stage_valid.eq(sample_accept), stage_address.eq(acc_address), stage_load.eq(record.load),
+                     stage_values.eq(Cat(*lane_values))]
+        use_adders = stage_valid & ~stage_load & ~is_int8
+        direct = Signal(lanes * 32)     # the loaded value or the int8 sum
+        adders = []
+        for lane in range(lanes):
+            adder = Fp32Adder(latency=ADDER_LATENCY, tag_width=1)
+            m.submodules[f"adder{lane}"] = adder
+            adders.append(adder)
+            acc = acc_read.data[32 * lane:32 * lane + 32]
+            x = stage_values[32 * lane:32 * lane + 32]
+            m.d.comb += [adder.i.valid.eq(use_adders), adder.i.payload.a.eq(acc), adder.i.payload.b.eq(x),
+                         direct[32 * lane:32 * lane + 32].eq(Mux(stage_load, x, (acc + x)[:32]))]
+        # the loads and int8 sums wait as long as an addition takes, then either is written back
+        delay_layout = data.StructLayout({"valid": 1, "adder": 1, "address": len(acc_address),
+                                          "value": lanes * 32})
+        delay = [Signal(delay_layout, name=f"delay{i}") for i in range(ADDER_LATENCY)]
+        m.d.sync += [delay[0].valid.eq(stage_valid), delay[0].adder.eq(use_adders),
+                     delay[0].address.eq(stage_address), delay[0].value.eq(direct)]
+        m.d.sync += [delay[i].eq(delay[i - 1]) for i in range(1, ADDER_LATENCY)]
+        back = delay[-1]
+        m.d.comb += [acc_write.en.eq(back.valid), acc_write.addr.eq(back.address),
+                     acc_write.data.eq(Mux(back.adder, Cat(*(a.o.payload.sum for a in adders)), back.value))]
+
+        # ---- sum writer: a finished chunk's sums from the accumulators, chunk after chunk
+        task = Signal(chunk_layout)
+        finished_chunks = Signal(range(2 * 8 + 1))      # finished, sums not yet being written
+        wait = Signal(range(ADDER_LATENCY + 2))
+        sum_e = Signal(range(SLOTS + 1))
+        sum_b = Signal(beat_bits + 1)
+        entry_dest = Signal(64)
+        sum_busy = Signal()
+        out_valid = Signal()
+        out_zero = Signal()
+        out_meta = Signal(piece_layout)
+        lanes_log2 = lanes.bit_length() - 1
+        words = (task.elements + lanes - 1) >> lanes_log2
+        left_elements = task.elements - (sum_b << lanes_log2)
+        advance = ~out_valid | sum_ready
+        starting = Signal()
+        read_out = Signal()
+        m.d.sync += finished_chunks.eq(finished_chunks + chunk_done - starting)
+        for bank in range(2):
+            m.d.sync += unread[bank].eq(unread[bank] + (chunk_done & (record.bank == bank))
+                                        - (read_out & (task.bank == bank)))
+        m.d.comb += [sum_read.addr.eq(Cat(sum_b[:beat_bits], sum_e[:slot_bits], task.bank)),
+                     sum_read.en.eq(advance)]
+        with m.If(out_valid & sum_ready):
+            m.d.sync += out_valid.eq(0)
+        with m.FSM(name="sums"):
+            with m.State("S_IDLE"):
+                with m.If((finished_chunks != 0) & ~draining):
+                    m.d.comb += [chunks.r_en.eq(1), starting.eq(1)]
+                    m.d.sync += [task.eq(chunks.r_data), wait.eq(ADDER_LATENCY), sum_e.eq(0), sum_b.eq(0),
+                                 entry_dest.eq(chunk_layout(chunks.r_data).sum_dest)]
+                    m.next = "S_WAIT"
+            with m.State("S_WAIT"):   # the chunk's last additions land
+                m.d.comb += sum_busy.eq(1)
+                m.d.sync += wait.eq(wait - 1)
+                with m.If(wait == 0):
+                    m.next = "S_RUN"
+            with m.State("S_RUN"):
+                m.d.comb += sum_busy.eq(1)
+                with m.If(sum_e == task.k):
+                    m.d.comb += read_out.eq(1)      # every word read (the last may still be written)
+                    m.next = "S_IDLE"
+                with m.Elif(advance):
+                    m.d.sync += [out_valid.eq(1), out_zero.eq(task.empty.bit_select(sum_e[:slot_bits], 1)),
+                                 out_meta.address.eq(entry_dest + (sum_b << (lanes_log2 + 2))),
+                                 out_meta.nbytes.eq(Mux(left_elements < lanes, left_elements, lanes) << 2),
+                                 out_meta.flush.eq(sum_b == words - 1)]
+                    with m.If(sum_b == words - 1):
+                        m.d.sync += [sum_b.eq(0), sum_e.eq(sum_e + 1),
+                                     entry_dest.eq(entry_dest + (p.feature_dim << 2))]
+                    with m.Else():
+                        m.d.sync += sum_b.eq(sum_b + 1)
+        m.d.comb += [sum_piece.data.eq(Mux(out_zero, 0, sum_read.data)), sum_piece.nbytes.eq(out_meta.nbytes),
+                     sum_piece.address.eq(out_meta.address), sum_piece.flush.eq(out_meta.flush),
+                     sum_valid.eq(out_valid & ~draining)]
+        with m.If(draining):
+            m.d.sync += out_valid.eq(0)
+
+        # ---- the writer's arbiter
+        locked_self = Signal()
+        locked_sum = Signal()
+        grant_sum = locked_sum | (~locked_self & sum_valid)
+        m.d.comb += [
+            writer.piece.valid.eq(Mux(grant_sum, sum_valid, self_valid)),
+            writer.piece.payload.eq(Mux(grant_sum, sum_piece, self_piece)),
+            sum_ready.eq(grant_sum & writer.piece.ready),
+            self_ready.eq(~grant_sum & writer.piece.ready),
+            writer.discard.eq(draining),
+        ]
+        with m.If(writer.piece.valid & writer.piece.ready):
+            m.d.sync += [locked_sum.eq(grant_sum & ~writer.piece.payload.flush),
+                         locked_self.eq(~grant_sum & ~writer.piece.payload.flush)]
+        with m.If(draining):
+            m.d.sync += [locked_sum.eq(0), locked_self.eq(0)]
+
+        # ---- start, end, errors
+        with m.If(writer.error & ~self.write_error & running):
+            m.d.sync += [draining.eq(1), self.write_error.eq(~self.error),
+                         self.write_error_address.eq(writer.error_address)]
+        engines_idle = rows.idle & ids.idle & writer.idle
+        finished = (released == p.entries) & ~work.r_rdy & (finished_chunks == 0) & ~sum_busy & ~out_valid
+        with m.If(running & engines_idle & (draining | finished)):
+            m.d.sync += running.eq(0)
+        with m.If(self.start & ~running):
+            m.d.sync += [p.eq(self.parameters), running.eq(1), draining.eq(0), self.error.eq(0),
+                         self.write_error.eq(0), load_base.eq(0), take_base.eq(0), released.eq(0),
+                         load_sample.eq(self.parameters.entries), self_dest.eq(self.parameters.self_ptr),
+                         sum_dest.eq(self.parameters.sum_ptr), group_free[0].eq(1), group_free[1].eq(1),
+                         group_full[0].eq(0), group_full[1].eq(0),
+                         load_group.eq(0), take_group.eq(0), issue_group.eq(0), issue_bank.eq(0)]
         return m

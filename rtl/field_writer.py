@@ -11,13 +11,12 @@ from .axi import ADDRESS_WIDTH, BURST_INCR, RESP_OKAY, AxiWriteSignature, check_
 
 __all__ = ["FieldWriter", "WriteWord"]
 
-#: A field to write: byte address (naturally aligned), value, and 8 bytes (wide) or 4; ``narrow``
-#: (when not 0) makes it a 1-byte (1) or 2-byte (2) field instead (feature elements).
-WriteWord = data.StructLayout({"address": ADDRESS_WIDTH, "data": 64, "wide": 1, "narrow": 2})
+#: A field to write: byte address (naturally aligned), value, and 8 bytes (wide) or 4.
+WriteWord = data.StructLayout({"address": ADDRESS_WIDTH, "data": 64, "wide": 1})
 
 
 class FieldWriter(wiring.Component):
-    """Writes naturally aligned u32/u64 (or u8/u16) fields without waiting for each write response.
+    """Writes naturally aligned u32/u64 fields without waiting for each write response.
 
     AW and W of a field are presented together; a field is taken when both were accepted. Write
     responses are counted back against a FIFO of the addresses in flight (depth ``outstanding``):
@@ -75,10 +74,8 @@ class FieldWriter(wiring.Component):
         address_fire = bus.awvalid & bus.awready
         data_fire = bus.wvalid & bus.wready
         taken = Signal()
-        lane_value = Mux(field.narrow == 1, field.data[:8].replicate(8),
-                         Mux(field.narrow == 2, field.data[:16].replicate(4),
-                             Mux(field.wide, field.data, Cat(field.data[:32], field.data[:32]))))
-        strobe = Mux(field.narrow == 1, 0x01, Mux(field.narrow == 2, 0x03, Mux(field.wide, 0xFF, 0x0F)))
+        lane_value = Mux(field.wide, field.data, Cat(field.data[:32], field.data[:32]))
+        strobe = Mux(field.wide, 0xFF, 0x0F)
         m.d.comb += [
             bus.awaddr.eq(field.address & ~(data_bytes - 1)),
             bus.awlen.eq(0),

@@ -421,9 +421,10 @@ class SamplerKernel(wiring.Component):
             m.d.sync += have_half.eq(0)
 
         # ---- the feature aggregator (AGGREGATE), after the last hop; reset with every command's start
-        # and end. While it runs, it owns the device-memory reader, storage port A and the writer
-        # (connected at the end of elaborate, after every other driver of those signals).
-        aggregator = FeatureAggregator(cfg.max_fanout)
+        # and end. It has its own AXI engines; while it runs, it owns m_axi_storage and m_axi_mem (muxed
+        # at the end of elaborate, after every other driver of those signals; both sides are idle at
+        # the switch).
+        aggregator = FeatureAggregator(cfg)
         m.submodules.aggregator = ResetInserter(job_reset)(aggregator)
         aggregating = Signal()
         parameters = aggregator.parameters
@@ -597,6 +598,8 @@ class SamplerKernel(wiring.Component):
                 with m.If(~aggregator.busy):
                     with m.If(aggregator.error):
                         fail(Status.STORAGE_ERROR, value=aggregator.error_address)
+                    with m.Elif(aggregator.write_error):
+                        fail(Status.OUTPUT_ERROR, value=aggregator.write_error_address)
                     with m.Else():
                         m.next = "FINISH"
 
@@ -758,23 +761,19 @@ class SamplerKernel(wiring.Component):
                 with m.If(control.ready):
                     m.next = "C_IDLE"
 
-        # ---- the aggregator's ports, while it runs (overriding the idle hop-time drivers above)
-        with m.If(aggregating):
-            m.d.comb += [
-                mem.request.valid.eq(aggregator.mem_request.valid),
-                mem.request.payload.eq(aggregator.mem_request.payload),
-                aggregator.mem_request.ready.eq(mem.request.ready),
-                aggregator.mem_response.valid.eq(mem.response.valid),
-                aggregator.mem_response.payload.eq(mem.response.payload),
-                mem.response.ready.eq(aggregator.mem_response.ready),
-                port_a.request.valid.eq(aggregator.storage_request.valid),
-                port_a.request.payload.eq(aggregator.storage_request.payload),
-                aggregator.storage_request.ready.eq(port_a.request.ready),
-                aggregator.storage_response.valid.eq(port_a.response.valid),
-                aggregator.storage_response.payload.eq(port_a.response.payload),
-                port_a.response.ready.eq(aggregator.storage_response.ready),
-                writer.request.valid.eq(aggregator.write.valid),
-                writer.request.payload.eq(aggregator.write.payload),
-                aggregator.write.ready.eq(writer.request.ready),
-            ]
+        # ---- the buses, while the aggregator runs: its engines instead of the sampler's (overriding
+        # the connections above); otherwise its engines see an idle bus
+        for ours, theirs, samplers in ((self.m_axi_storage, aggregator.storage, (storage.bus,)),
+                                       (self.m_axi_mem, aggregator.mem, (mem.bus, writer.bus))):
+            for name, member in theirs.signature.members.items():
+                if member.flow == In:
+                    m.d.comb += getattr(theirs, name).eq(Mux(aggregating, getattr(ours, name), 0))
+            with m.If(aggregating):
+                for name, member in theirs.signature.members.items():
+                    if member.flow == Out:
+                        m.d.comb += getattr(ours, name).eq(getattr(theirs, name))
+                for port in samplers:
+                    for name, member in port.signature.members.items():
+                        if member.flow == In:
+                            m.d.comb += getattr(port, name).eq(0)
         return m

@@ -2,8 +2,10 @@
 
 Random graphs with feature tables of every dtype, including the values an exact sum must get right
 (subnormals, infinities, NaNs of any sign and payload, signed zeros, cancellations); feature
-dimensions 1, 3, 17 and 64; 1-3 hops; random backpressure, the SSD timing model; FEATURES_CAPACITY
-(self, then sum); a storage error inside the features section. On success the scoreboard compares
+dimensions 1, 3, 17 and 64; rows of non-power-of-two length, longer than an accumulator chunk, starting
+anywhere in a beat and across 4 KiB pages; 1-3 hops; random backpressure, the SSD timing model;
+FEATURES_CAPACITY (self, then sum); a storage error inside the features section and on one beat in
+the middle of a burst; write errors in the sums and the self rows. On success the scoreboard compares
 the whole device memory (node list, counts, self rows, sums, result header) with the golden model's.
 """
 
@@ -15,7 +17,7 @@ import numpy as np
 import pytest
 
 from smartsage.cosim.aggregate_bench import feature_image
-from smartsage.cosim.runner import run_plan
+from smartsage.cosim.runner import DEFAULT_IMAGE_BASE, run_plan
 from smartsage.cosim.scoreboard import CommandSpec
 from smartsage.cosim.storage import PM983
 from smartsage.spec.config import CONFIGS
@@ -142,6 +144,76 @@ def test_aggregate_errors_then_ok(tmp_path):
         Status.STORAGE_ERROR, Status.OUTPUT_ERROR, Status.OK]
     assert headers[0]["error_index"] == 0 and headers[1]["error_index"] == 1
     assert headers[1]["error_value"] > 4
+
+
+def _straddles(image_path, dim_bytes: int, num_nodes: int) -> tuple[int, int]:
+    """(rows across a 4 KiB page boundary, rows not starting on a 64-byte boundary) of the table."""
+    with GraphImage(image_path) as img:
+        base = img.header.section(SectionKind.FEATURES).offset
+    starts = [base + v * dim_bytes for v in range(num_nodes)]
+    return (sum(s // PAGE_SIZE != (s + dim_bytes - 1) // PAGE_SIZE for s in starts),
+            sum(s % 64 != 0 for s in starts))
+
+
+@pytest.mark.parametrize("dtype, dim, config_name", [
+    ("fp32", 100, "default"),    # 400-byte rows: across 4 KiB pages, unaligned starts
+    ("fp32", 300, "default"),    # 3 chunks of 128 elements, across pages
+    ("bf16", 17, "default"),     # 34-byte rows straddling beats
+    ("int8", 600, "wide2"),      # 600 / 32-element chunks, unaligned
+    ("fp16", 45, "small"),       # 64-bit bus: 3 chunks of 16 elements, unaligned
+    ("fp32", 3, "wide2"),
+])
+def test_aggregate_row_shapes(tmp_path, dtype, dim, config_name):
+    """Feature rows of non-power-of-two length, longer than one accumulator chunk, starting anywhere in
+    a beat and across 4 KiB pages (the burst reader splits there); bit-exact, random backpressure."""
+    dtype = FeatureDtype.parse(dtype)
+    seed = random.SystemRandom().randrange(1 << 30)
+    print(f"test seed {seed}")
+    config = CONFIGS[config_name]
+    image = tmp_path / "features.img"
+    num_nodes = 200
+    _feature_image(image, seed, num_nodes, dim, dtype, max_degree=9)
+    across_pages, unaligned = _straddles(image, dim * dtype.itemsize, num_nodes)
+    assert unaligned > 0 and (across_pages > 0 or dim * dtype.itemsize * num_nodes < PAGE_SIZE)
+    rng = random.Random(seed)
+    commands = _commands(rng, num_nodes, config, 3, max_hops=2)
+    commands[0].targets += [rng.randrange(num_nodes) for _ in range(10)]
+    result = run_plan(config, image, commands, backpressure=0.25, seed=seed)
+    assert [r["header"]["status"] for r in result.results] == [Status.OK] * len(commands)
+
+
+def test_aggregate_storage_error_mid_burst(tmp_path):
+    """A read error on one beat in the middle of a feature row's burst (the beats before it answer
+    OKAY): STORAGE_ERROR naming that beat, every read and write in flight finished, nothing written
+    outside the buffers; a write error inside the self rows gives OUTPUT_ERROR; a device-memory read
+    error on a count (read back only by the aggregation) gives STORAGE_ERROR; then the kernel works
+    again."""
+    seed = random.SystemRandom().randrange(1 << 30)
+    print(f"test seed {seed}")
+    config = CONFIGS["default"]
+    image = tmp_path / "features.img"
+    num_nodes = 64
+    dim = 256                                   # fp32: 1 KiB rows, 16 beats, 2 chunks
+    _feature_image(image, seed, num_nodes, dim, FeatureDtype.FP32, max_degree=6)
+    with GraphImage(image) as img:
+        features = img.header.section(SectionKind.FEATURES).offset
+    rng = random.Random(seed)
+    target = rng.randrange(num_nodes)
+    row = features + target * dim * 4
+    bad_beat = (row + 5 * 64, row + 6 * 64)     # the 6th beat of the target's own (self) row
+    targets = [rng.randrange(num_nodes) for _ in range(5)] + [target]
+    base = dict(targets=targets, fanouts=[4], seed=rng.getrandbits(64), flags=AGGREGATE)
+    commands = [CommandSpec(**base, storage_errors=[bad_beat]),
+                CommandSpec(**base, write_error=("self", 3 * dim * 4 + 100)),
+                CommandSpec(**base, read_error=("counts", 4 * 4)),    # entry 4's count: read only here
+                CommandSpec(**base)]
+    result = run_plan(config, image, commands, backpressure=0.2, seed=seed, check=False)
+    problems = [p for r in result.results for p in r["problems"]]
+    assert not problems, problems
+    headers = [r["header"] for r in result.results]
+    assert [h["status"] for h in headers] == [Status.STORAGE_ERROR, Status.OUTPUT_ERROR, Status.STORAGE_ERROR,
+                                              Status.OK]
+    assert headers[0]["error_value"] == DEFAULT_IMAGE_BASE + bad_beat[0]
 
 
 @pytest.mark.slow

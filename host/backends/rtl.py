@@ -34,7 +34,8 @@ __all__ = ["sample", "RtlBackend", "benchmark", "storage_stats"]
 #: Watchdog budget per worst-case sampled edge (the kernel needs ~1.3-2 cycles per edge, plus
 #: storage latency; the bound only has to catch a hang).
 CYCLES_PER_EDGE_BOUND = 200
-#: Watchdog budget per feature element the aggregation reads (it needs ~1.6 with ideal memory).
+#: Watchdog budget per feature element the aggregation reads (with ideal memory it needs 1/16 cycle per
+#: fp32 element at 512 bits, and at most ~8 per row of one element: adder latency, id reads).
 CYCLES_PER_ELEMENT_BOUND = 50
 
 
@@ -56,7 +57,7 @@ def sample(image, targets, fanouts, seed: int, aggregate: bool = False,
                        nodes_capacity=max(nodes_capacity, 1), counts_capacity=counts_capacity,
                        self_capacity=last * dim * dtype.itemsize, sum_capacity=last * dim * 4)
     watchdog = 1_000_000 + CYCLES_PER_EDGE_BOUND * nodes_capacity
-    if aggregate:  # one element read per cycle (docs/performance-rtl.md): rows of the last frontier and its samples
+    if aggregate:  # the rows of the last frontier and of its samples (docs/performance-rtl.md section 5)
         watchdog += CYCLES_PER_ELEMENT_BOUND * (last * (1 + fanouts[-1])) * max(dim, 1)
     result = run_plan(config, image.path, [spec], seed=seed_backpressure, watchdog_cycles=watchdog).results[0]
     header = ResultHeader(**result["header"])

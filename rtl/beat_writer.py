@@ -1,0 +1,198 @@
+"""A beat-wide AXI4 writer: byte pieces at any address merged into strobed full-width beats."""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.wiring import In, Out
+
+from .axi import ADDRESS_WIDTH, BURST_INCR, RESP_OKAY, AxiWriteSignature, check_data_width
+
+__all__ = ["BeatWriter", "piece_layout", "WRITE_BURST_BEATS"]
+
+#: Beats of one write burst at most (a burst's error response names its first byte: kept short).
+WRITE_BURST_BEATS = 16
+
+
+def piece_layout(data_width: int) -> data.StructLayout:
+    """A piece to write: ``nbytes`` (1..data_width/8) bytes, the first in ``data``'s low byte, to
+    ``address`` (any alignment); ``flush`` ends a run of contiguous pieces (the last partial beat
+    is written out at once)."""
+    check_data_width(data_width)
+    data_bytes = data_width // 8
+    return data.StructLayout({"data": data_width, "nbytes": data_bytes.bit_length(), "address": ADDRESS_WIDTH,
+                              "flush": 1})
+
+
+class BeatWriter(wiring.Component):
+    """Merges contiguous byte pieces into full-width beats and writes each beat with its strobes.
+
+    A piece is shifted to its place in the beat(s) it covers and merged into a holding beat; a beat
+    is written when a piece fills it up to its last byte, when the next piece belongs to another
+    beat, or when a piece with ``flush`` ends there. Only the pieces' bytes are strobed, so nothing
+    outside them is written. One piece per cycle. Consecutive beats are gathered into INCR bursts
+    (up to :data:`WRITE_BURST_BEATS`, never across 4 KiB; a burst closes when the next beat is not
+    its successor or on a cycle without a beat): its beats wait in a FIFO, then AW and W go out,
+    up to ``outstanding`` bursts in flight; the first error response latches ``error`` and the
+    burst's first strobed byte's address.
+
+    Parameters
+    ----------
+    data_width : int
+        AXI data width in bits (64..512).
+    outstanding : int
+        Writes in flight at most.
+
+    Members
+    -------
+    piece : ``In(stream.Signature(piece_layout(data_width)))``
+    bus : ``Out(AxiWriteSignature(data_width))``
+    idle : ``Out(1)``
+        Nothing held and every write answered.
+    discard : ``In(1)``
+        Drop the holding beat (after an error: it is never written).
+    error : ``Out(1)``
+    error_address : ``Out(64)``
+    """
+
+    def __init__(self, data_width: int, outstanding: int):
+        self._data_width = check_data_width(data_width)
+        if not isinstance(outstanding, int) or not 1 <= outstanding <= 256:
+            raise ValueError(f"Outstanding writes must be an integer in 1..256, not {outstanding!r}")
+        self._outstanding = outstanding
+        super().__init__({
+            "piece": In(stream.Signature(piece_layout(data_width))),
+            "bus": Out(AxiWriteSignature(data_width)),
+            "idle": Out(1),
+            "discard": In(1),
+            "error": Out(1),
+            "error_address": Out(ADDRESS_WIDTH),
+        })
+
+    @property
+    def data_width(self) -> int:
+        return self._data_width
+
+    def elaborate(self, platform):
+        m = Module()
+        width = self._data_width
+        data_bytes = width // 8
+        size_log2 = data_bytes.bit_length() - 1
+        bus = self.bus
+        m.submodules.in_flight = in_flight = SyncFIFO(width=ADDRESS_WIDTH, depth=self._outstanding)
+        # beats waiting for W, and the closed bursts (for AW, and their lengths for W)
+        m.submodules.beats = beats = SyncFIFO(width=width + data_bytes, depth=2 * WRITE_BURST_BEATS)
+        burst_layout = data.StructLayout({"address": ADDRESS_WIDTH, "first": ADDRESS_WIDTH, "beats": 8})
+        m.submodules.bursts = bursts = SyncFIFO(width=burst_layout.size, depth=4)
+        m.submodules.lengths = lengths = SyncFIFO(width=8, depth=4)
+
+        # holding beat (bytes not strobed are kept zero)
+        hold_valid, hold_flush = Signal(), Signal()
+        hold_address = Signal(ADDRESS_WIDTH)
+        hold_data = Signal(width)
+        hold_strobe = Signal(data_bytes)
+
+        # a beat leaves the merger (want: it has one; emitted: it goes) and joins the open burst if it
+        # is the next beat of it in the same 4 KiB page, else the open burst is closed first; a burst
+        # is also closed at WRITE_BURST_BEATS beats and on a cycle without a beat
+        want = Signal()
+        emit_address = Signal(ADDRESS_WIDTH)
+        emit_data = Signal(width)
+        emit_strobe = Signal(data_bytes)
+        run_open = Signal()
+        run = Signal(burst_layout)
+        continues = Signal()
+        m.d.comb += continues.eq(run_open & (emit_address == run.address + (run.beats << size_log2))
+                                 & (emit_address[:12] != 0) & (run.beats < WRITE_BURST_BEATS))
+        closing = Signal()
+        m.d.comb += closing.eq(run_open & (~want | ~continues))
+        can_emit = beats.w_rdy & (~closing | (bursts.w_rdy & lengths.w_rdy))
+        emitted = want & can_emit
+        first_byte = Signal(range(data_bytes))   # a burst is named by its first strobed byte
+        for i in reversed(range(data_bytes)):
+            with m.If(emit_strobe[i]):
+                m.d.comb += first_byte.eq(i)
+        m.d.comb += [beats.w_data.eq(Cat(emit_data, emit_strobe)), beats.w_en.eq(emitted),
+                     bursts.w_data.eq(run), lengths.w_data.eq(run.beats - 1)]
+        with m.If(closing & bursts.w_rdy & lengths.w_rdy):
+            m.d.comb += [bursts.w_en.eq(1), lengths.w_en.eq(1)]
+            m.d.sync += run_open.eq(0)
+        with m.If(emitted):
+            with m.If(continues):
+                m.d.sync += run.beats.eq(run.beats + 1)
+            with m.Else():
+                m.d.sync += [run_open.eq(1), run.address.eq(emit_address), run.first.eq(emit_address | first_byte),
+                             run.beats.eq(1)]
+
+        def emit(address, value, strobe):
+            m.d.comb += [want.eq(1), emit_address.eq(address), emit_data.eq(value), emit_strobe.eq(strobe)]
+
+        # AW: the closed bursts; W: their beats, once closed (wlast from the length)
+        head = Signal(burst_layout)
+        sent = Signal(8)
+        m.d.comb += [
+            head.eq(bursts.r_data),
+            bus.awaddr.eq(head.address), bus.awlen.eq(head.beats - 1), bus.awsize.eq(size_log2),
+            bus.awburst.eq(BURST_INCR),
+            bus.awvalid.eq(bursts.r_rdy & in_flight.w_rdy),
+            bursts.r_en.eq(bus.awvalid & bus.awready),
+            in_flight.w_data.eq(head.first),
+            in_flight.w_en.eq(bus.awvalid & bus.awready),
+            bus.wdata.eq(beats.r_data[:width]), bus.wstrb.eq(beats.r_data[width:]),
+            bus.wlast.eq(sent == lengths.r_data),
+            bus.wvalid.eq(beats.r_rdy & lengths.r_rdy),
+            beats.r_en.eq(bus.wvalid & bus.wready),
+            lengths.r_en.eq(bus.wvalid & bus.wready & bus.wlast),
+        ]
+        with m.If(bus.wvalid & bus.wready):
+            m.d.sync += sent.eq(Mux(bus.wlast, 0, sent + 1))
+
+        # the incoming piece, placed: low beat at its aligned address, high beat the next one
+        piece = self.piece.payload
+        place = piece.address[:size_log2]
+        beat_address = Signal(ADDRESS_WIDTH)
+        placed = Signal(2 * width)
+        mask = Signal(2 * data_bytes)
+        m.d.comb += [
+            beat_address.eq(piece.address & ~(data_bytes - 1)),
+            placed.eq(piece.data << Cat(Const(0, 3), place)),
+            mask.eq(((Const(1, 2 * data_bytes + 1) << piece.nbytes) - 1)[:2 * data_bytes] << place),
+        ]
+        low_strobe = mask[:data_bytes]
+        high_strobe = mask[data_bytes:]
+        bytes_mask = Cat(*(low_strobe[i].replicate(8) for i in range(data_bytes)))
+        same = hold_valid & (hold_address == beat_address)
+        merged_data = Mux(same, hold_data, 0) | (placed[:width] & bytes_mask)
+        merged_strobe = Mux(same, hold_strobe, 0) | low_strobe
+        high_mask = Cat(*(high_strobe[i].replicate(8) for i in range(data_bytes)))
+        fills = high_strobe.any() | mask[data_bytes - 1]
+
+        with m.If(hold_valid & (hold_flush | (self.piece.valid & ~same))):
+            # the holding beat goes first (a flush, or the next piece belongs elsewhere)
+            emit(hold_address, hold_data, hold_strobe)
+            with m.If(can_emit):
+                m.d.sync += hold_valid.eq(0)
+        with m.Elif(self.piece.valid):
+            with m.If(fills | piece.flush):
+                emit(beat_address, merged_data, merged_strobe)
+                m.d.comb += self.piece.ready.eq(can_emit)
+                with m.If(can_emit):
+                    m.d.sync += [hold_valid.eq(high_strobe.any()), hold_flush.eq(piece.flush),
+                                 hold_address.eq(beat_address + data_bytes),
+                                 hold_data.eq(placed[width:] & high_mask), hold_strobe.eq(high_strobe)]
+            with m.Else():
+                m.d.comb += self.piece.ready.eq(1)
+                m.d.sync += [hold_valid.eq(1), hold_flush.eq(0), hold_address.eq(beat_address),
+                             hold_data.eq(merged_data), hold_strobe.eq(merged_strobe)]
+        with m.If(self.discard):
+            m.d.sync += hold_valid.eq(0)
+
+        m.d.comb += [
+            bus.bready.eq(in_flight.r_rdy),
+            in_flight.r_en.eq(bus.bvalid & bus.bready),
+            self.idle.eq(~in_flight.r_rdy & ~hold_valid & ~run_open & ~bursts.r_rdy & ~beats.r_rdy),
+        ]
+        with m.If(bus.bvalid & bus.bready & (bus.bresp != RESP_OKAY) & ~self.error):
+            m.d.sync += [self.error.eq(1), self.error_address.eq(in_flight.r_data)]
+        return m

@@ -1,0 +1,161 @@
+"""An AXI4 burst read engine: (byte address, byte length) requests, the beats back in order."""
+
+from __future__ import annotations
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.wiring import In, Out
+
+from .axi import ADDRESS_WIDTH, BURST_INCR, RESP_OKAY, AxiReadSignature, check_data_width
+
+__all__ = ["BurstReader", "BurstRequest", "beat_layout", "PAGE_BYTES", "MAX_BURST_BEATS"]
+
+#: AXI4: a burst never crosses a 4 KiB boundary.
+PAGE_BYTES = 4096
+#: AXI4 INCR bursts are at most 256 beats long.
+MAX_BURST_BEATS = 256
+#: Bytes of one request at most (a request is split into as many bursts as it needs).
+LENGTH_WIDTH = 32
+
+#: A read request: the first byte and the number of bytes (>= 1); any alignment.
+BurstRequest = data.StructLayout({"address": ADDRESS_WIDTH, "length": LENGTH_WIDTH})
+
+
+def beat_layout(data_width: int) -> data.StructLayout:
+    """One beat of an answer: the data, the beat's (aligned) address, whether the slave answered an
+    error, whether it is the request's last beat, and the request's start offset in its first beat
+    and length (the same on every beat of a request)."""
+    check_data_width(data_width)
+    return data.StructLayout({
+        "data": data_width, "address": ADDRESS_WIDTH, "error": 1, "last": 1,
+        "offset": (data_width // 8 - 1).bit_length(), "length": LENGTH_WIDTH,
+    })
+
+
+class BurstReader(wiring.Component):
+    """Splits byte-range requests into AXI4 INCR bursts, many in flight, and streams the beats back.
+
+    A request covers the beats from the one holding ``address`` to the one holding
+    ``address + length - 1``; it is split at every 4 KiB boundary and after 256 beats. One burst is
+    issued per cycle while the slave is ready and fewer than ``outstanding`` bursts are in flight.
+    A FIFO of the bursts in flight (AXI4 answers one ID in order) labels every returning beat with
+    its address, the request's offset and length, and ``last`` on the request's final beat; an
+    error response is passed on with its beat (``error``), the request continues to its end.
+
+    Parameters
+    ----------
+    data_width : int
+        AXI data width in bits (64..512).
+    outstanding : int
+        Bursts in flight at most (KernelConfig.outstanding_reads).
+
+    Members
+    -------
+    request : ``In(stream.Signature(BurstRequest))``
+    response : ``Out(stream.Signature(beat_layout(data_width)))``
+    bus : ``Out(AxiReadSignature(data_width))``
+    idle : ``Out(1)``
+        No request being split and no burst in flight.
+    """
+
+    def __init__(self, data_width: int, outstanding: int):
+        self._data_width = check_data_width(data_width)
+        if not isinstance(outstanding, int) or not 1 <= outstanding <= 256:
+            raise ValueError(f"Outstanding reads must be an integer in 1..256, not {outstanding!r}")
+        self._outstanding = outstanding
+        super().__init__({
+            "request": In(stream.Signature(BurstRequest)),
+            "response": Out(stream.Signature(beat_layout(data_width))),
+            "bus": Out(AxiReadSignature(data_width)),
+            "idle": Out(1),
+        })
+
+    @property
+    def data_width(self) -> int:
+        return self._data_width
+
+    @property
+    def outstanding(self) -> int:
+        return self._outstanding
+
+    def elaborate(self, platform):
+        m = Module()
+        data_bytes = self.data_width // 8
+        size_log2 = data_bytes.bit_length() - 1
+        offset_bits = max(size_log2, 1)
+        burst_bytes = min(PAGE_BYTES, MAX_BURST_BEATS * data_bytes)   # a power of two
+        bus = self.bus
+        meta = data.StructLayout({"beats": 9, "last": 1, "address": ADDRESS_WIDTH, "offset": offset_bits,
+                                  "length": LENGTH_WIDTH})
+        m.submodules.in_flight = in_flight = SyncFIFO(width=meta.size, depth=self.outstanding)
+
+        # the request being split: the next byte to read and the end
+        active = Signal()
+        cursor = Signal(ADDRESS_WIDTH)
+        end = Signal(ADDRESS_WIDTH + 1)
+        offset = Signal(offset_bits)
+        length = Signal(LENGTH_WIDTH)
+
+        # the burst from cursor: to the request's end, the 4 KiB boundary or 256 beats, whichever first
+        beat_address = Signal(ADDRESS_WIDTH)
+        boundary = Signal(ADDRESS_WIDTH + 1)
+        stop = Signal(ADDRESS_WIDTH + 1)
+        beats = Signal(9)
+        m.d.comb += [
+            beat_address.eq(cursor & ~(data_bytes - 1)),
+            boundary.eq((cursor | (burst_bytes - 1)) + 1),
+            stop.eq(Mux(end < boundary, end, boundary)),
+            beats.eq(((stop - beat_address + data_bytes - 1) >> size_log2)[:9]),
+        ]
+        # the burst is presented from registers, so ARADDR/ARLEN hold while ARVALID waits
+        presented = Signal()
+        fire = Signal()
+        entry = Signal(meta)
+        m.d.comb += [
+            bus.arsize.eq(size_log2),
+            bus.arburst.eq(BURST_INCR),
+            bus.arvalid.eq(presented & in_flight.w_rdy),
+            fire.eq(bus.arvalid & bus.arready),
+            in_flight.w_data.eq(entry),
+            in_flight.w_en.eq(fire),
+        ]
+        araddr = Signal(ADDRESS_WIDTH)
+        arlen = Signal(8)
+        m.d.comb += [bus.araddr.eq(araddr), bus.arlen.eq(arlen)]
+        can_present = ~presented | fire
+        with m.If(fire):
+            m.d.sync += presented.eq(0)
+        with m.If(active & can_present):
+            m.d.sync += [presented.eq(1), araddr.eq(beat_address), arlen.eq(beats - 1),
+                         entry.beats.eq(beats), entry.last.eq(stop == end), entry.address.eq(beat_address),
+                         entry.offset.eq(offset), entry.length.eq(length), cursor.eq(stop)]
+            with m.If(stop == end):
+                m.d.sync += active.eq(0)
+        m.d.comb += self.request.ready.eq(~active | (can_present & (stop == end)))
+        with m.If(self.request.valid & self.request.ready):
+            request = self.request.payload
+            m.d.sync += [active.eq(1), cursor.eq(request.address), end.eq(request.address + request.length),
+                         offset.eq(request.address[:offset_bits]), length.eq(request.length)]
+
+        # answers: the head burst labels its beats
+        head = Signal(meta)
+        beat = Signal(9)
+        m.d.comb += head.eq(in_flight.r_data)
+        answer = self.response.payload
+        last_beat = beat == head.beats - 1
+        m.d.comb += [
+            self.response.valid.eq(bus.rvalid & in_flight.r_rdy),
+            answer.data.eq(bus.rdata),
+            answer.address.eq(head.address + (beat << size_log2)),
+            answer.error.eq(bus.rresp != RESP_OKAY),
+            answer.last.eq(head.last & last_beat),
+            answer.offset.eq(head.offset),
+            answer.length.eq(head.length),
+            bus.rready.eq(self.response.ready & in_flight.r_rdy),
+            in_flight.r_en.eq(bus.rvalid & bus.rready & last_beat),
+            self.idle.eq(~active & ~presented & ~in_flight.r_rdy),
+        ]
+        with m.If(bus.rvalid & bus.rready):
+            m.d.sync += beat.eq(Mux(last_beat, 0, beat + 1))
+        return m

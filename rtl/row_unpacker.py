@@ -1,0 +1,109 @@
+"""Beats of byte-range reads (any alignment) to row-aligned units of a chosen power-of-two size."""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .axi import ADDRESS_WIDTH, check_data_width
+from .burst_reader import beat_layout
+
+__all__ = ["RowUnpacker", "unit_layout"]
+
+
+def unit_layout(data_width: int) -> data.StructLayout:
+    """A unit: the request's bytes ``[k x U, (k + 1) x U)`` in ``data``'s low ``U`` bytes (bytes past the
+    request's end are unspecified), ``last`` on the request's final unit, ``error`` when a beat it
+    came from was answered with an error (``address`` names that beat)."""
+    check_data_width(data_width)
+    return data.StructLayout({"data": data_width, "last": 1, "error": 1, "address": ADDRESS_WIDTH})
+
+
+class RowUnpacker(wiring.Component):
+    """Realigns each request's bytes (from :class:`~smartsage.rtl.burst_reader.BurstReader`) into units.
+
+    Two beats are held (the one being read and the next); a unit is taken from the byte pointer
+    across both, so a request starting anywhere in a beat, and units straddling beats, cost no extra
+    cycle: one unit per cycle, a beat consumed every ``data_width / 8 / U`` units. The unit size
+    ``U = 2 ** unit_log2`` bytes (at most one beat) may change between commands.
+
+    Parameters
+    ----------
+    data_width : int
+
+    Members
+    -------
+    beats : ``In(stream.Signature(beat_layout(data_width)))``
+    units : ``Out(stream.Signature(unit_layout(data_width)))``
+    unit_log2 : ``In(range(log2(data_width / 8) + 1))``
+    """
+
+    def __init__(self, data_width: int):
+        self._data_width = check_data_width(data_width)
+        size_log2 = (data_width // 8).bit_length() - 1
+        super().__init__({
+            "beats": In(stream.Signature(beat_layout(data_width))),
+            "units": Out(stream.Signature(unit_layout(data_width))),
+            "unit_log2": In(range(size_log2 + 1)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        width = self._data_width
+        data_bytes = width // 8
+        layout = beat_layout(width)
+        slots = [Signal(layout, name=f"slot{i}") for i in range(2)]
+        valid = [Signal(name=f"slot{i}_valid") for i in range(2)]
+        pointer = Signal(range(2 * data_bytes))  # byte of slot 0 where the next unit starts
+        fresh = Signal(init=1)                   # slot 0 starts a request: the pointer is its offset
+        done = Signal(32)                        # request bytes already unpacked
+        unit_bytes = Signal(range(data_bytes + 1))
+        m.d.comb += unit_bytes.eq(Const(1, unit_bytes.shape()) << self.unit_log2)
+
+        cur, nxt = slots
+        start = Signal(range(2 * data_bytes))
+        m.d.comb += start.eq(Mux(fresh, cur.offset, pointer))
+        needs_next = Signal()
+        last_unit = Signal()
+        m.d.comb += [
+            needs_next.eq((start + unit_bytes > data_bytes) & ~cur.last),
+            last_unit.eq(done + unit_bytes >= cur.length),
+            self.units.valid.eq(valid[0] & (~needs_next | valid[1])),
+            self.units.payload.data.eq(Cat(cur.data, nxt.data).bit_select(Cat(Const(0, 3), start[:-1]), width)),
+            self.units.payload.last.eq(last_unit),
+            self.units.payload.error.eq(cur.error | (needs_next & nxt.error)),
+            self.units.payload.address.eq(Mux(cur.error, cur.address, nxt.address)),
+        ]
+        fire = self.units.valid & self.units.ready
+        after = start + unit_bytes
+        pops = Signal(2)
+        with m.If(fire):
+            with m.If(last_unit):
+                m.d.sync += [fresh.eq(1), done.eq(0)]
+                m.d.comb += pops.eq(Mux(cur.last, 1, 2))
+            with m.Else():
+                m.d.sync += [fresh.eq(0), done.eq(done + unit_bytes),
+                             pointer.eq(Mux(after >= data_bytes, after - data_bytes, after))]
+                m.d.comb += pops.eq(after >= data_bytes)
+        # keep what is not popped, in order, then take the incoming beat behind it
+        kept = Signal(2)
+        m.d.comb += [kept.eq(valid[0] + valid[1] - pops), self.beats.ready.eq(kept < 2)]
+        incoming = self.beats.valid & self.beats.ready
+        with m.Switch(pops):
+            with m.Case(0):
+                with m.If(incoming):
+                    with m.If(~valid[0]):
+                        m.d.sync += [slots[0].eq(self.beats.payload), valid[0].eq(1)]
+                    with m.Else():
+                        m.d.sync += [slots[1].eq(self.beats.payload), valid[1].eq(1)]
+            with m.Case(1):
+                m.d.sync += [slots[0].eq(slots[1]), valid[0].eq(valid[1]), valid[1].eq(0)]
+                with m.If(incoming):
+                    with m.If(~valid[1]):
+                        m.d.sync += [slots[0].eq(self.beats.payload), valid[0].eq(1)]
+                    with m.Else():
+                        m.d.sync += [slots[1].eq(self.beats.payload), valid[1].eq(1)]
+            with m.Case(2):
+                m.d.sync += [valid[0].eq(incoming), valid[1].eq(0), slots[0].eq(self.beats.payload)]
+        return m

@@ -88,6 +88,7 @@ class KernelTB:
     def load_memory(self, initial: np.ndarray) -> None:
         self.memory.data = initial.copy()
         self.memory.writes.clear()
+        self.memory.write_failures.clear()
 
     async def run_command(self, descriptor_addr: int, watchdog_cycles: int, image_offset: int = 0) -> dict:
         """Start one command and wait for ap_done (interrupt); returns timing and whether it hung."""

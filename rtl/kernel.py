@@ -55,6 +55,7 @@ from .field_writer import FieldWriter
 from .position_sampler import PositionSampler
 from .read_stream import ReadStream, StreamWord
 from .rng import mix32
+from .write_combiner import WriteCombiner
 
 __all__ = ["SamplerKernel", "IMAGE_WORDS", "SUPPORTED_FLAGS", "LANES_BUILT"]
 
@@ -133,7 +134,13 @@ class SamplerKernel(wiring.Component):
         m.submodules.control = control = ControlRegisters()
         m.submodules.storage_reader = storage = ReadStream(cfg.data_width, cfg.outstanding_reads)
         m.submodules.mem_reader = mem = ReadStream(cfg.data_width, cfg.outstanding_reads)
+        # Sampling writes (node-list appends on port 0; counts and the result header on port 1) are
+        # combined into strobed full-beat bursts; the aggregator's single-field writes go through the
+        # field writer, which owns the write channel while it aggregates or has writes unanswered.
+        m.submodules.mem_combiner = combiner = WriteCombiner(cfg.data_width, cfg.outstanding_reads, ports=2)
+        appends, fields_out = combiner.fields[0], combiner.fields[1]
         m.submodules.mem_writer = writer = FieldWriter(cfg.data_width, cfg.outstanding_reads)
+        field_writes = Signal()  # the write channel is the field writer's
         # A command that ends early (an error mid-sample) can leave positions in the sampler: it is
         # reset when the next command starts.
         # Two samplers take jobs in turn, so one's pipeline fills while the other's positions stream.
@@ -179,14 +186,18 @@ class SamplerKernel(wiring.Component):
                                                                          port_b.response.ready))),
             tags.r_en.eq(storage.response.valid & storage.response.ready),
         ]
-        for port in (mem.bus, writer.bus):
-            for name, member in port.signature.members.items():
-                ours = getattr(self.m_axi_mem, name)
-                theirs = getattr(port, name)
-                if member.flow == Out:
-                    m.d.comb += ours.eq(theirs)
-                else:
-                    m.d.comb += theirs.eq(ours)
+        for name, member in mem.bus.signature.members.items():
+            ours, theirs = getattr(self.m_axi_mem, name), getattr(mem.bus, name)
+            m.d.comb += ours.eq(theirs) if member.flow == Out else theirs.eq(ours)
+        for name, member in writer.bus.signature.members.items():
+            ours, field_bus, combined_bus = (getattr(self.m_axi_mem, name), getattr(writer.bus, name),
+                                             getattr(combiner.bus, name))
+            if member.flow == Out:
+                m.d.comb += ours.eq(Mux(field_writes, field_bus, combined_bus))
+            elif name in ("bresp",):
+                m.d.comb += [field_bus.eq(ours), combined_bus.eq(ours)]
+            else:  # awready, wready, bvalid reach the owner only
+                m.d.comb += [field_bus.eq(ours & field_writes), combined_bus.eq(ours & ~field_writes)]
         m.d.comb += self.interrupt.eq(control.interrupt)
 
         # ---- command state
@@ -255,6 +266,7 @@ class SamplerKernel(wiring.Component):
         frontier_size = Signal(64)
         counts_base = Signal(64)
         written = Signal(64)
+        append_index = Signal(64)  # the collector's next node-list entry
         issued = Signal(range(cfg.max_fanout + 1))
         prefetching = Signal()
         prefetch_index = Signal(64)
@@ -304,20 +316,22 @@ class SamplerKernel(wiring.Component):
                         then()
 
         def write_state(name, address, value, wide, then):
-            """One state: hand a u32/u64 field to the pipelined writer (responses are checked at
+            """One state: hand a u32/u64 field to the write combiner (responses are checked at
             drain points: every hop boundary and the end of the command)."""
             with m.State(name):
-                m.d.comb += [writer.request.valid.eq(1), writer.request.payload.address.eq(address),
-                             writer.request.payload.data.eq(value), writer.request.payload.wide.eq(wide)]
-                with m.If(writer.request.ready):
+                m.d.comb += [fields_out.valid.eq(1), fields_out.payload.address.eq(address),
+                             fields_out.payload.data.eq(value), fields_out.payload.wide.eq(wide)]
+                with m.If(fields_out.ready):
                     then()
 
         def drain_state(name, then):
-            """Wait until every write was answered; a write error ends the command (OUTPUT_ERROR)."""
+            """Flush the combined writes and wait until every one was answered; a write error ends
+            the command (OUTPUT_ERROR)."""
             with m.State(name):
-                with m.If(writer.idle):
-                    with m.If(writer.error & (status == Status.OK)):
-                        fail(Status.OUTPUT_ERROR, value=writer.error_address)
+                m.d.comb += combiner.flush.eq(1)
+                with m.If(combiner.idle):
+                    with m.If(combiner.error & (status == Status.OK)):
+                        fail(Status.OUTPUT_ERROR, value=combiner.error_address)
                     with m.Else():
                         then()
 
@@ -439,7 +453,8 @@ class SamplerKernel(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += control.idle.eq(1)
                 with m.If(control.start):
-                    m.d.comb += [control.ready.eq(1), sampler_reset.eq(1), writer.clear.eq(1), job_reset.eq(1)]
+                    m.d.comb += [control.ready.eq(1), sampler_reset.eq(1), writer.clear.eq(1), combiner.clear.eq(1),
+                                 job_reset.eq(1)]
                     m.d.sync += [
                         image_base.eq(control.image), descriptor_base.eq(control.descriptor),
                         desc_index.eq(0), image_index.eq(0), status.eq(Status.OK), error_hop.eq(0),
@@ -512,6 +527,7 @@ class SamplerKernel(wiring.Component):
                         indptr_base.eq(image_base + image("indptr")),
                         indices_base.eq(image_base + image("indices")),
                         written.eq(num_targets), frontier_size.eq(num_targets), counts_base.eq(0),
+                        append_index.eq(num_targets),
                         hop.eq(0), scratch.eq(mix32(seed[:32] ^ spec_rng.SEED_SALT)),
                     ]
                     m.next = "COMMAND_KEY"
@@ -575,9 +591,18 @@ class SamplerKernel(wiring.Component):
                         with m.Elif(written + count > nodes_capacity):
                             fail(Status.NODES_CAPACITY, hop_value=hop, index_value=frontier_index,
                                  value=written + count)
-                        with m.Elif(jobs.w_rdy):
-                            m.d.comb += [jobs.w_en.eq(1), nodes_ahead.r_en.eq(1), indptr_pairs.r_en.eq(1)]
-                            m.d.sync += [written.eq(written + count), frontier_index.eq(frontier_index + 1)]
+                        with m.Else():
+                            # the node's count is known now: written at once, in frontier order; only
+                            # nodes with edges become jobs
+                            m.d.comb += [
+                                fields_out.valid.eq(jobs.w_rdy),
+                                fields_out.payload.address.eq(counts_ptr + (counts_base + frontier_index) * 4),
+                                fields_out.payload.data.eq(count), fields_out.payload.wide.eq(0),
+                            ]
+                            with m.If(jobs.w_rdy & fields_out.ready):
+                                m.d.comb += [jobs.w_en.eq(count != 0), nodes_ahead.r_en.eq(1),
+                                             indptr_pairs.r_en.eq(1)]
+                                m.d.sync += [written.eq(written + count), frontier_index.eq(frontier_index + 1)]
                 abort_on_back_error()
 
             # ---- AGGREGATE (section 5 step 5, then section 4): room for the self rows and the sums
@@ -604,11 +629,13 @@ class SamplerKernel(wiring.Component):
             with m.State("FINISH"):
                 # reads still in flight (an error mid-hop) are taken and dropped; every output write
                 # is answered before the result header
-                m.d.comb += [mem.response.ready.eq(1), drain_storage.eq(1), finishing.eq(1), job_reset.eq(1)]
-                with m.If(writer.idle & mem.idle & storage.idle & back_idle):
-                    with m.If(writer.error & (status == Status.OK)):
+                m.d.comb += [mem.response.ready.eq(1), drain_storage.eq(1), finishing.eq(1), job_reset.eq(1),
+                             combiner.flush.eq(1)]
+                with m.If(writer.idle & combiner.idle & mem.idle & storage.idle & back_idle):
+                    with m.If((writer.error | combiner.error) & (status == Status.OK)):
                         m.d.sync += [status.eq(Status.OUTPUT_ERROR), error_hop.eq(0), error_index.eq(0),
-                                     error_value.eq(writer.error_address)]
+                                     error_value.eq(Mux(combiner.error, combiner.error_address,
+                                                        writer.error_address))]
                     m.d.sync += [final_cycles.eq(cycles), result_index.eq(0)]
                     with m.If(result_valid & (result_ptr[:BUFFER_ALIGN.bit_length() - 1] == 0)):
                         m.next = "RESULT"
@@ -636,30 +663,30 @@ class SamplerKernel(wiring.Component):
 
             write_state("RESULT", result_ptr + result_index * 8, words[result_index], 1, result_next)
             with m.State("RESULT_DRAIN"):  # ap_done only once the header has landed
-                with m.If(writer.idle):
+                m.d.comb += combiner.flush.eq(1)
+                with m.If(combiner.idle):
                     m.next = "DONE"
             with m.State("DONE"):
                 m.d.comb += control.done.eq(1)
                 m.d.sync += busy.eq(0)
                 m.next = "IDLE"
 
-        # ---- the edge streamer, in two halves joined by a FIFO of jobs in flight: the issuer runs
-        # the position sampler and issues each job's index reads (several jobs' reads in flight at
-        # once, up to outstanding_reads); the collector takes the answers in order, appends them to the
-        # node list and writes each job's count.
-        appended = Signal(range(cfg.max_fanout + 1))
-        collect_layout = data.StructLayout({"count": range(cfg.max_fanout + 1), "entry": 64, "base": 64})
-        collects = SyncFIFO(width=collect_layout.size, depth=16)
-        m.submodules.collects = ResetInserter(job_reset)(collects)
-        collect_in = Signal(collect_layout)
-        collect = Signal(collect_layout)
-        m.d.comb += collects.w_data.eq(collect_in)
+        # ---- the edge streamer: the issuer runs the position samplers and turns each job's positions
+        # into index reads (several jobs' reads in flight at once, up to outstanding_reads); the
+        # collector takes the answers in order and appends them to the node list. Jobs come in
+        # frontier order and each one's place follows the previous one's, so the collector appends
+        # at a running index, one id per cycle, with no hand-off between jobs.
         issuer_idle = Signal()
-        collector_idle = Signal()
-        m.d.comb += back_idle.eq((issuer_idle & collector_idle & ~jobs.r_rdy & ~collects.r_rdy) | back_error)
+        b_pending = Signal(range(cfg.outstanding_reads + 1))  # index reads not yet answered
+        b_issued = port_b.request.valid & port_b.request.ready
+        b_answered = port_b.response.valid & storage.response.ready
+        m.d.sync += b_pending.eq(b_pending + b_issued - b_answered)
+        with m.If(job_reset):
+            m.d.sync += b_pending.eq(0)
+        m.d.comb += back_idle.eq((issuer_idle & ~jobs.r_rdy & (b_pending == 0)) | back_error)
 
-        # issuer, first half: take a job, announce it to the collector, start the sampler whose turn
-        # it is, and queue a ticket for the streaming half (all in one cycle)
+        # issuer, first half: take a job, start the sampler whose turn it is, and queue a ticket for
+        # the streaming half (all in one cycle)
         ticket_layout = data.StructLayout({"sampler": 1, "count": range(cfg.max_fanout + 1), "edge_start": 64})
         tickets = SyncFIFO(width=ticket_layout.size, depth=2)
         m.submodules.tickets = ResetInserter(job_reset)(tickets)
@@ -670,10 +697,7 @@ class SamplerKernel(wiring.Component):
         turn_ready = Mux(turn, samplers[1].request.ready, samplers[0].request.ready)
         go = Signal()
         m.d.comb += [
-            go.eq(jobs.r_rdy & collects.w_rdy & tickets.w_rdy & ~finishing & ~back_error
-                  & ((incoming.count == 0) | turn_ready)),
-            collect_in.count.eq(incoming.count), collect_in.entry.eq(incoming.entry),
-            collect_in.base.eq(incoming.base),
+            go.eq(jobs.r_rdy & tickets.w_rdy & ~finishing & ~back_error & turn_ready),
             ticket_in.sampler.eq(turn), ticket_in.count.eq(incoming.count),
             ticket_in.edge_start.eq(incoming.edge_start), tickets.w_data.eq(ticket_in),
         ]
@@ -681,11 +705,10 @@ class SamplerKernel(wiring.Component):
             m.d.comb += [sampler.request.payload.key.eq(incoming.key),
                          sampler.request.payload.degree.eq(incoming.degree),
                          sampler.request.payload.fanout.eq(fanout),
-                         sampler.request.valid.eq(go & (incoming.count != 0) & (turn == number))]
+                         sampler.request.valid.eq(go & (turn == number))]
         with m.If(go):
-            m.d.comb += [jobs.r_en.eq(1), collects.w_en.eq(1), tickets.w_en.eq(incoming.count != 0)]
-            with m.If(incoming.count != 0):
-                m.d.sync += turn.eq(~turn)
+            m.d.comb += [jobs.r_en.eq(1), tickets.w_en.eq(1)]
+            m.d.sync += turn.eq(~turn)
         with m.If(job_reset):
             m.d.sync += turn.eq(0)
 
@@ -719,46 +742,30 @@ class SamplerKernel(wiring.Component):
                     m.next = "I_IDLE"
 
         with m.FSM(name="collector"):
-            with m.State("C_IDLE"):
-                # take a job and write its count at once (known before its ids arrive)
-                incoming_collect = collect_layout(collects.r_data)
-                m.d.comb += collector_idle.eq(1)
-                with m.If(collects.r_rdy & ~finishing):  # (the writer is the sequencer's otherwise)
-                    m.d.comb += [writer.request.valid.eq(1),
-                                 writer.request.payload.address.eq(counts_ptr + incoming_collect.entry * 4),
-                                 writer.request.payload.data.eq(incoming_collect.count),
-                                 writer.request.payload.wide.eq(0)]
-                    with m.If(writer.request.ready):
-                        m.d.comb += collects.r_en.eq(1)
-                        m.d.sync += [collect.eq(collects.r_data), appended.eq(0)]
-                        with m.If(incoming_collect.count != 0):
-                            m.next = "C_APPEND"
             with m.State("C_APPEND"):  # the ids read back stream into node-list appends
                 word = port_b.response.payload
-                m.d.comb += [
-                    writer.request.valid.eq(port_b.response.valid & ~word.error),
-                    writer.request.payload.address.eq(nodes_ptr + (collect.base + appended) * id_bytes),
-                    writer.request.payload.data.eq(id_of(word.data, word.address)),
-                    writer.request.payload.wide.eq(wide_ids),
-                    port_b.response.ready.eq(writer.request.ready | word.error),
-                ]
-                with m.If(port_b.response.valid & port_b.response.ready):
+                with m.If(~finishing):
+                    m.d.comb += [
+                        appends.valid.eq(port_b.response.valid & ~word.error),
+                        appends.payload.address.eq(nodes_ptr + append_index * id_bytes),
+                        appends.payload.data.eq(id_of(word.data, word.address)),
+                        appends.payload.wide.eq(wide_ids),
+                        port_b.response.ready.eq(appends.ready | word.error),
+                    ]
+                with m.If(port_b.response.valid & port_b.response.ready & ~finishing):
                     with m.If(word.error):
                         m.d.sync += [status.eq(Status.STORAGE_ERROR), error_hop.eq(0), error_index.eq(0),
                                      error_value.eq(word.address)]
                         m.next = "C_ERROR"
                     with m.Else():
-                        m.d.sync += appended.eq(appended + 1)
-                        with m.If(appended == collect.count - 1):
-                            m.next = "C_IDLE"
-                with m.If(finishing):
-                    m.next = "C_IDLE"
+                        m.d.sync += append_index.eq(append_index + 1)
             with m.State("C_ERROR"):  # stopped until the next command
                 m.d.comb += back_error.eq(1)
                 with m.If(control.ready):
-                    m.next = "C_IDLE"
+                    m.next = "C_APPEND"
 
         # ---- the aggregator's ports, while it runs (overriding the idle hop-time drivers above)
+        m.d.comb += field_writes.eq(aggregating | ~writer.idle)
         with m.If(aggregating):
             m.d.comb += [
                 mem.request.valid.eq(aggregator.mem_request.valid),

@@ -155,17 +155,27 @@ class SamplerKernel(wiring.Component):
         # The storage reader is shared by the sequencer (A: header and indptr reads) and the edge
         # streamer (B: index reads). A has priority; a FIFO of requester tags (reads return in order)
         # routes each answer back to its requester.
+        # Requests carry a tag that comes back with the answer: A's ``pair`` (indptr[v] and indptr[v+1]
+        # both from this beat), B's ``ids`` (how many consecutive ids of this beat, from the address on).
+        ids_per_beat = data_bytes // 4
+        tag_layout = data.StructLayout({"a": 1, "pair": 1, "ids": range(ids_per_beat + 1)})
+
         def requester(name):
             return SimpleNamespace(
                 request=SimpleNamespace(valid=Signal(name=f"{name}_req_valid"),
                                         payload=Signal(64, name=f"{name}_req_address"),
+                                        tag=Signal(tag_layout, name=f"{name}_req_tag"),
                                         ready=Signal(name=f"{name}_req_ready")),
                 response=SimpleNamespace(valid=Signal(name=f"{name}_resp_valid"),
                                          payload=Signal(StreamWord, name=f"{name}_resp"),
+                                         beat=storage.beat,
+                                         tag=Signal(tag_layout, name=f"{name}_resp_tag"),
                                          ready=Signal(name=f"{name}_resp_ready")))
 
         port_a, port_b = requester("storage_a"), requester("storage_b")
-        m.submodules.storage_tags = tags = SyncFIFO(width=1, depth=cfg.outstanding_reads)
+        m.submodules.storage_tags = tags = SyncFIFO(width=tag_layout.size, depth=cfg.outstanding_reads)
+        tag_in = Signal(tag_layout)
+        tag_out = tag_layout(tags.r_data)
         drain_storage = Signal()
         # a request presented and not yet taken keeps the grant (AXI: ARADDR holds while ARVALID)
         held, held_a, select_a = Signal(), Signal(), Signal()
@@ -176,13 +186,15 @@ class SamplerKernel(wiring.Component):
             storage.request.payload.eq(Mux(select_a, port_a.request.payload, port_b.request.payload)),
             port_a.request.ready.eq(storage.request.ready & tags.w_rdy & select_a),
             port_b.request.ready.eq(storage.request.ready & tags.w_rdy & ~select_a),
-            tags.w_data.eq(select_a),
+            tag_in.eq(Mux(select_a, port_a.request.tag, port_b.request.tag)), tag_in.a.eq(select_a),
+            tags.w_data.eq(tag_in),
             tags.w_en.eq(storage.request.valid & storage.request.ready),
             port_a.response.payload.eq(storage.response.payload),
             port_b.response.payload.eq(storage.response.payload),
-            port_a.response.valid.eq(storage.response.valid & tags.r_rdy & tags.r_data),
-            port_b.response.valid.eq(storage.response.valid & tags.r_rdy & ~tags.r_data),
-            storage.response.ready.eq(tags.r_rdy & (drain_storage | Mux(tags.r_data, port_a.response.ready,
+            port_a.response.tag.eq(tag_out), port_b.response.tag.eq(tag_out),
+            port_a.response.valid.eq(storage.response.valid & tags.r_rdy & tag_out.a),
+            port_b.response.valid.eq(storage.response.valid & tags.r_rdy & ~tag_out.a),
+            storage.response.ready.eq(tags.r_rdy & (drain_storage | Mux(tag_out.a, port_a.response.ready,
                                                                          port_b.response.ready))),
             tags.r_en.eq(storage.response.valid & storage.response.ready),
         ]
@@ -399,12 +411,23 @@ class SamplerKernel(wiring.Component):
                         m.d.comb += [ahead_in.node.eq(arriving_id), ahead_in.error.eq(arriving.error),
                                      ahead_in.address.eq(arriving.address), nodes_ahead.w_en.eq(1)]
             with m.State("P_START"):
-                m.d.comb += [port_a.request.valid.eq(1), port_a.request.payload.eq(indptr_base + prefetch_node * 8)]
+                start_address = indptr_base + prefetch_node * 8
+                # indptr[v + 1] in the same beat (not for 64-bit beats): one read brings both
+                same_beat = (start_address[3:(data_bytes.bit_length() - 1)] != ids_per_beat // 2 - 1
+                             if data_bytes > 8 else 0)
+                m.d.comb += [port_a.request.valid.eq(1), port_a.request.payload.eq(start_address),
+                             port_a.request.tag.pair.eq(same_beat)]
                 m.d.sync += prefetch_key.eq(mix32(prefetch_scratch ^ prefetch_node[32:] ^ spec_rng.NODE_SALT))
-                with m.If(port_a.request.ready):
+                with m.If(port_a.request.ready & same_beat):
+                    m.next = "P_QUEUE"
+                with m.Elif(port_a.request.ready):
                     m.next = "P_END"
                 with m.If(finishing):
                     m.next = "P_IDLE"
+            with m.State("P_QUEUE"):  # the pair was read at once
+                m.d.comb += [ahead_in.node.eq(prefetch_node), ahead_in.key.eq(prefetch_key),
+                             ahead_in.in_range.eq(1), nodes_ahead.w_en.eq(1)]
+                m.next = "P_IDLE"
             with m.State("P_END"):
                 m.d.comb += [port_a.request.valid.eq(1),
                              port_a.request.payload.eq(indptr_base + prefetch_node * 8 + 8),
@@ -414,18 +437,27 @@ class SamplerKernel(wiring.Component):
                     m.d.comb += nodes_ahead.w_en.eq(1)
                 with m.If(port_a.request.ready | finishing):
                     m.next = "P_IDLE"
-        # indptr answers pair up (start, end) into the reserved FIFO space
+        # indptr answers pair up (start, end) into the reserved FIFO space: both from one beat, or
+        # from two answers
         first_half = Signal(StreamWord)
         have_half = Signal()
         pair_in = Signal(pair_layout)
-        m.d.comb += [indptr_pairs.w_data.eq(pair_in), pair_in.start.eq(first_half.data),
-                     pair_in.end.eq(port_a.response.payload.data),
-                     pair_in.error.eq(first_half.error | port_a.response.payload.error),
-                     pair_in.address.eq(Mux(first_half.error, first_half.address,
-                                            port_a.response.payload.address))]
+        answer = port_a.response.payload
+        if data_bytes > 8:
+            next_word = port_a.response.beat.word_select(answer.address[3:data_bytes.bit_length() - 1] + 1, 64)
+        else:
+            next_word = answer.data
+        whole = port_a.response.tag.pair
+        m.d.comb += [indptr_pairs.w_data.eq(pair_in),
+                     pair_in.start.eq(Mux(whole, answer.data, first_half.data)),
+                     pair_in.end.eq(Mux(whole, next_word, answer.data)),
+                     pair_in.error.eq(Mux(whole, answer.error, first_half.error | answer.error)),
+                     pair_in.address.eq(Mux(~whole & first_half.error, first_half.address, answer.address))]
         with m.If(prefetching):
             m.d.comb += port_a.response.ready.eq(1)
-            with m.If(port_a.response.valid):
+            with m.If(port_a.response.valid & whole):
+                m.d.comb += indptr_pairs.w_en.eq(1)
+            with m.Elif(port_a.response.valid):
                 m.d.sync += have_half.eq(~have_half)
                 with m.If(have_half):
                     m.d.comb += indptr_pairs.w_en.eq(1)
@@ -671,50 +703,68 @@ class SamplerKernel(wiring.Component):
                 m.d.sync += busy.eq(0)
                 m.next = "IDLE"
 
-        # ---- the edge streamer: the issuer runs the position samplers and turns each job's positions
-        # into index reads (several jobs' reads in flight at once, up to outstanding_reads); the
-        # collector takes the answers in order and appends them to the node list. Jobs come in
-        # frontier order and each one's place follows the previous one's, so the collector appends
-        # at a running index, one id per cycle, with no hand-off between jobs.
+        # ---- the edge streamer: the issuer turns each job's positions into index reads (several jobs'
+        # reads in flight at once, up to outstanding_reads); the collector takes the answers in order
+        # and appends the ids to the node list. A job with d > k runs a position sampler and reads one
+        # id per position; a job with d <= k takes all its d consecutive ids, read a beat at a time
+        # (*dense*: up to data_width / 32 ids per read). Jobs come in frontier order and each one's
+        # place follows the previous one's, so the collector appends at a running index, one id per
+        # cycle, with no hand-off between jobs.
         issuer_idle = Signal()
+        collector_idle = Signal()
         b_pending = Signal(range(cfg.outstanding_reads + 1))  # index reads not yet answered
         b_issued = port_b.request.valid & port_b.request.ready
         b_answered = port_b.response.valid & storage.response.ready
         m.d.sync += b_pending.eq(b_pending + b_issued - b_answered)
         with m.If(job_reset):
             m.d.sync += b_pending.eq(0)
-        m.d.comb += back_idle.eq((issuer_idle & ~jobs.r_rdy & (b_pending == 0)) | back_error)
+        m.d.comb += back_idle.eq((issuer_idle & ~jobs.r_rdy & (b_pending == 0) & collector_idle) | back_error)
 
-        # issuer, first half: take a job, start the sampler whose turn it is, and queue a ticket for
-        # the streaming half (all in one cycle)
-        ticket_layout = data.StructLayout({"sampler": 1, "count": range(cfg.max_fanout + 1), "edge_start": 64})
+        # issuer, first half: take a job, start the sampler whose turn it is (d > k), and queue a
+        # ticket for the streaming half (all in one cycle)
+        ticket_layout = data.StructLayout({"sampler": 1, "dense": 1, "count": range(cfg.max_fanout + 1),
+                                           "edge_start": 64})
         tickets = SyncFIFO(width=ticket_layout.size, depth=2)
         m.submodules.tickets = ResetInserter(job_reset)(tickets)
         ticket_in = Signal(ticket_layout)
         ticket = Signal(ticket_layout)
         turn = Signal()
         incoming = job_layout(jobs.r_data)
+        dense_job = incoming.degree == incoming.count
         turn_ready = Mux(turn, samplers[1].request.ready, samplers[0].request.ready)
         go = Signal()
         m.d.comb += [
-            go.eq(jobs.r_rdy & tickets.w_rdy & ~finishing & ~back_error & turn_ready),
-            ticket_in.sampler.eq(turn), ticket_in.count.eq(incoming.count),
+            go.eq(jobs.r_rdy & tickets.w_rdy & ~finishing & ~back_error & (dense_job | turn_ready)),
+            ticket_in.sampler.eq(turn), ticket_in.dense.eq(dense_job), ticket_in.count.eq(incoming.count),
             ticket_in.edge_start.eq(incoming.edge_start), tickets.w_data.eq(ticket_in),
         ]
         for number, sampler in enumerate(samplers):
             m.d.comb += [sampler.request.payload.key.eq(incoming.key),
                          sampler.request.payload.degree.eq(incoming.degree),
                          sampler.request.payload.fanout.eq(fanout),
-                         sampler.request.valid.eq(go & (turn == number))]
+                         sampler.request.valid.eq(go & ~dense_job & (turn == number))]
         with m.If(go):
             m.d.comb += [jobs.r_en.eq(1), tickets.w_en.eq(1)]
-            m.d.sync += turn.eq(~turn)
+            with m.If(~dense_job):
+                m.d.sync += turn.eq(~turn)
         with m.If(job_reset):
             m.d.sync += turn.eq(0)
 
-        # issuer, second half: each ticket's positions stream into index reads, ticket after ticket
+        # issuer, second half: each ticket's reads, ticket after ticket
         positions_valid = Mux(ticket.sampler, samplers[1].positions.valid, samplers[0].positions.valid)
         positions = Mux(ticket.sampler, samplers[1].positions.payload, samplers[0].positions.payload)
+        beat_log2 = data_bytes.bit_length() - 1
+        dense_address = Signal(64)
+        dense_room = Signal(range(ids_per_beat + 1))  # ids from dense_address to the end of its beat
+        dense_ids = Signal(range(ids_per_beat + 1))
+        remaining = ticket.count - issued
+        m.d.comb += [
+            dense_address.eq(indices_base + (ticket.edge_start + issued) * id_bytes),
+            dense_room.eq(Mux(wide_ids, (data_bytes - dense_address[:beat_log2]) >> 3,
+                              (data_bytes - dense_address[:beat_log2]) >> 2)),
+            dense_ids.eq(Mux(remaining < dense_room, remaining, dense_room)),
+        ]
+        step = Mux(ticket.dense, dense_ids, 1)
         with m.FSM(name="issuer"):
             with m.State("I_IDLE"):
                 m.d.comb += issuer_idle.eq(~tickets.r_rdy)
@@ -723,15 +773,19 @@ class SamplerKernel(wiring.Component):
                     m.d.sync += [ticket.eq(tickets.r_data), issued.eq(0)]
                     m.next = "I_STREAM"
             with m.State("I_STREAM"):
-                m.d.comb += [
-                    port_b.request.valid.eq(positions_valid),
-                    port_b.request.payload.eq(indices_base + (ticket.edge_start + positions) * id_bytes),
-                ]
-                for number, sampler in enumerate(samplers):
-                    m.d.comb += sampler.positions.ready.eq(port_b.request.ready & (ticket.sampler == number))
+                with m.If(ticket.dense):
+                    m.d.comb += [port_b.request.valid.eq(1), port_b.request.payload.eq(dense_address),
+                                 port_b.request.tag.ids.eq(dense_ids)]
+                with m.Else():
+                    m.d.comb += [
+                        port_b.request.valid.eq(positions_valid), port_b.request.tag.ids.eq(1),
+                        port_b.request.payload.eq(indices_base + (ticket.edge_start + positions) * id_bytes),
+                    ]
+                    for number, sampler in enumerate(samplers):
+                        m.d.comb += sampler.positions.ready.eq(port_b.request.ready & (ticket.sampler == number))
                 with m.If(port_b.request.valid & port_b.request.ready):
-                    m.d.sync += issued.eq(issued + 1)
-                    with m.If(issued == ticket.count - 1):
+                    m.d.sync += issued.eq(issued + step)
+                    with m.If(issued + step == ticket.count):
                         # the next ticket at once when there is one
                         with m.If(tickets.r_rdy):
                             m.d.comb += tickets.r_en.eq(1)
@@ -741,26 +795,52 @@ class SamplerKernel(wiring.Component):
                 with m.If(finishing | back_error):
                     m.next = "I_IDLE"
 
+        # the answers are taken off the shared read channel at once (a beat FIFO), so an answer
+        # that holds several ids never stops the indptr answers behind it
+        answer_layout = data.StructLayout({"beat": cfg.data_width, "address": 64, "error": 1,
+                                           "ids": range(ids_per_beat + 1)})
+        answers = SyncFIFO(width=answer_layout.size, depth=8)
+        m.submodules.answers = ResetInserter(job_reset)(answers)
+        answer_in = Signal(answer_layout)
+        m.d.comb += [
+            answer_in.beat.eq(port_b.response.beat), answer_in.address.eq(port_b.response.payload.address),
+            answer_in.error.eq(port_b.response.payload.error), answer_in.ids.eq(port_b.response.tag.ids),
+            answers.w_data.eq(answer_in), answers.w_en.eq(port_b.response.valid & ~finishing),
+            port_b.response.ready.eq(answers.w_rdy),
+        ]
+        head = answer_layout(answers.r_data)
+        taken = Signal(range(ids_per_beat))  # ids of the head answer appended so far
+        offset = Signal(beat_log2 + 1)
+        m.d.comb += offset.eq(head.address[:beat_log2] + taken * id_bytes)
+        if data_bytes > 8:
+            wide_id = head.beat.word_select(offset[3:beat_log2], 64)
+        else:
+            wide_id = head.beat
+        narrow_id = head.beat.word_select(offset[2:beat_log2], 32)
         with m.FSM(name="collector"):
-            with m.State("C_APPEND"):  # the ids read back stream into node-list appends
-                word = port_b.response.payload
+            with m.State("C_APPEND"):
+                m.d.comb += collector_idle.eq(~answers.r_rdy)
                 with m.If(~finishing):
                     m.d.comb += [
-                        appends.valid.eq(port_b.response.valid & ~word.error),
+                        appends.valid.eq(answers.r_rdy & ~head.error),
                         appends.payload.address.eq(nodes_ptr + append_index * id_bytes),
-                        appends.payload.data.eq(id_of(word.data, word.address)),
+                        appends.payload.data.eq(Mux(wide_ids, wide_id, narrow_id)),
                         appends.payload.wide.eq(wide_ids),
-                        port_b.response.ready.eq(appends.ready | word.error),
                     ]
-                with m.If(port_b.response.valid & port_b.response.ready & ~finishing):
-                    with m.If(word.error):
+                    with m.If(answers.r_rdy & head.error):
                         m.d.sync += [status.eq(Status.STORAGE_ERROR), error_hop.eq(0), error_index.eq(0),
-                                     error_value.eq(word.address)]
+                                     error_value.eq(head.address)]
                         m.next = "C_ERROR"
-                    with m.Else():
-                        m.d.sync += append_index.eq(append_index + 1)
+                    with m.Elif(appends.valid & appends.ready):
+                        m.d.sync += [append_index.eq(append_index + 1), taken.eq(taken + 1)]
+                        with m.If(taken == head.ids - 1):
+                            m.d.comb += answers.r_en.eq(1)
+                            m.d.sync += taken.eq(0)
+                with m.If(job_reset):
+                    m.d.sync += taken.eq(0)
             with m.State("C_ERROR"):  # stopped until the next command
-                m.d.comb += back_error.eq(1)
+                m.d.comb += [back_error.eq(1), collector_idle.eq(1)]
+                m.d.sync += taken.eq(0)
                 with m.If(control.ready):
                     m.next = "C_APPEND"
 

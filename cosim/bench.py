@@ -137,7 +137,9 @@ def measure_image(config: KernelConfig, path, fanouts=(25, 10), batch: int = 102
         report["pm983"] = {"batch": ssd_batch, "fanouts": list(ssd_fanouts),
                            "edges": ssd["header"]["edges_sampled"], "flash_pages": flash,
                            "kernel_cycles": ssd["header"]["cycles"], "seconds": seconds, "iops": iops,
-                           "fraction_of_ceiling": iops / PM983.iops, "cosim_wall_s": ssd["wall_s"]}
+                           "fraction_of_ceiling": iops / PM983.iops,
+                           # cycles in which the flash could have started a page read but none was asked for
+                           "starved_cycles": ssd["storage"]["starved_cycles"], "cosim_wall_s": ssd["wall_s"]}
     # 4: raw Verilator speed of the same build (clock only)
     raw = run_plan(config, path, [], seed=seed, raw_cycles=raw_cycles, check=False)
     report["raw_verilator_cycles_per_s"] = raw.cycles / raw.wall_s

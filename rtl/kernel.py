@@ -216,11 +216,14 @@ class SamplerKernel(wiring.Component):
         image_base = Signal(64)
         descriptor_base = Signal(64)
         desc_words = Array(Signal(64, name=f"desc_word{i}") for i in range(DESCRIPTOR_SIZE // 8))
-        desc_index = Signal(range(DESCRIPTOR_SIZE // 8))
         image_names = list(IMAGE_WORDS)
         image_offsets = Array(Const(IMAGE_WORDS[n], 64) for n in image_names)
         image_words = Array(Signal(64, name=f"image_{n}") for n in image_names)
-        image_index = Signal(range(len(image_names)))
+        # reads asked for and answers taken while fetching the descriptor and the header words
+        desc_counters = (Signal(range(len(desc_words) + 1), name="descriptor_asked"),
+                         Signal(range(len(desc_words) + 1), name="descriptor_answered"))
+        image_counters = (Signal(range(len(image_names) + 1), name="image_asked"),
+                          Signal(range(len(image_names) + 1), name="image_answered"))
 
         def desc(name):
             offset, size = _field(DESCRIPTOR_FIELDS, name)
@@ -310,22 +313,26 @@ class SamplerKernel(wiring.Component):
                 m.d.sync += prefetching.eq(0)
                 m.next = "FINISH"
 
-        def read_state(name, reader, address, capture, then):
-            """Two states: issue a read of the word at ``address``, then take its response."""
-            pending = Signal(64, name=f"{name.lower()}_address")
+        def read_words(name, reader, words, counters, address_of, capture, then):
+            """One state: the reads of ``words`` words go out back to back (``address_of(i)``) while
+            their answers are taken in order (``capture(i, word)``); then ``then()``. One round trip
+            in all, not one per word (a storage page latency each, under the SSD model)."""
+            asked, answered = counters
             with m.State(name):
-                m.d.comb += [reader.request.valid.eq(1), reader.request.payload.eq(address)]
-                with m.If(reader.request.ready):
-                    m.d.sync += pending.eq(address)
-                    m.next = name + "_WAIT"
-            with m.State(name + "_WAIT"):
+                with m.If(asked != words):
+                    m.d.comb += [reader.request.valid.eq(1), reader.request.payload.eq(address_of(asked))]
+                    with m.If(reader.request.ready):
+                        m.d.sync += asked.eq(asked + 1)
                 m.d.comb += reader.response.ready.eq(1)
                 with m.If(reader.response.valid):
                     with m.If(reader.response.payload.error):
-                        fail(Status.STORAGE_ERROR, value=pending)
+                        fail(Status.STORAGE_ERROR, value=reader.response.payload.address)
                     with m.Else():
-                        capture(reader.response.payload.data, pending)
-                        then()
+                        capture(answered, reader.response.payload.data)
+                        m.d.sync += answered.eq(answered + 1)
+                        with m.If(answered == words - 1):
+                            m.d.sync += [asked.eq(0), answered.eq(0)]
+                            then()
 
         def write_state(name, address, value, wide, then):
             """One state: hand a u32/u64 field to the write combiner (responses are checked at
@@ -489,43 +496,35 @@ class SamplerKernel(wiring.Component):
                                  job_reset.eq(1)]
                     m.d.sync += [
                         image_base.eq(control.image), descriptor_base.eq(control.descriptor),
-                        desc_index.eq(0), image_index.eq(0), status.eq(Status.OK), error_hop.eq(0),
+                        *(counter.eq(0) for counter in desc_counters + image_counters),
+                        status.eq(Status.OK), error_hop.eq(0),
                         error_index.eq(0), error_value.eq(0), result_valid.eq(0), cycles.eq(1),
                         storage_bytes.eq(0), busy.eq(1), written.eq(0), counts_base.eq(0),
                     ]
                     m.next = "DESCRIPTOR"
 
             # ---- fetch the descriptor (device memory), then the image header words (storage)
-            def desc_capture(word, _address):
-                with m.Switch(desc_index):
-                    for i in range(len(desc_words)):
-                        with m.Case(i):
-                            m.d.sync += desc_words[i].eq(word)
+            def capture_into(registers):
+                def capture(index, word):
+                    with m.Switch(index):
+                        for i in range(len(registers)):
+                            with m.Case(i):
+                                m.d.sync += registers[i].eq(word)
+                return capture
 
             def desc_next():
-                m.d.sync += desc_index.eq(desc_index + 1)
-                with m.If(desc_index == len(desc_words) - 1):
-                    m.d.sync += result_valid.eq(1)
-                    m.next = "IMAGE"
-                with m.Else():
-                    m.next = "DESCRIPTOR"
+                m.d.sync += result_valid.eq(1)
+                m.next = "IMAGE"
 
-            read_state("DESCRIPTOR", mem, descriptor_base + desc_index * 8, desc_capture, desc_next)
-
-            def image_capture(word, _address):
-                with m.Switch(image_index):
-                    for i in range(len(image_names)):
-                        with m.Case(i):
-                            m.d.sync += image_words[i].eq(word)
+            read_words("DESCRIPTOR", mem, len(desc_words), desc_counters, lambda i: descriptor_base + i * 8,
+                                       capture_into(desc_words), desc_next)
 
             def image_next():
-                m.d.sync += image_index.eq(image_index + 1)
-                with m.If(image_index == len(image_names) - 1):
-                    m.next = "CHECK"
-                with m.Else():
-                    m.next = "IMAGE"
+                m.next = "CHECK"
 
-            read_state("IMAGE", port_a, image_base + image_offsets[image_index], image_capture, image_next)
+            read_words("IMAGE", port_a, len(image_names), image_counters,
+                                        lambda i: image_base + image_offsets[i], capture_into(image_words),
+                                        image_next)
 
             # ---- section 5 checks 1-2, first failure wins
             with m.State("CHECK"):

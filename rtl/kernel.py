@@ -798,7 +798,7 @@ class SamplerKernel(wiring.Component):
         # that holds several ids never stops the indptr answers behind it
         answer_layout = data.StructLayout({"beat": cfg.data_width, "address": 64, "error": 1,
                                            "ids": range(ids_per_beat + 1)})
-        answers = SyncFIFO(width=answer_layout.size, depth=8)
+        answers = SyncFIFO(width=answer_layout.size, depth=32)
         m.submodules.answers = ResetInserter(job_reset)(answers)
         answer_in = Signal(answer_layout)
         m.d.comb += [

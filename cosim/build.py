@@ -22,9 +22,6 @@ __all__ = ["SimBuild", "build_kernel", "setup_verilator", "build_root", "TOP_NAM
 #: extensions of constants, unused bits of wide intermediate results); real findings stay visible.
 VERILATOR_WARNINGS_OFF = ("-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-UNUSEDSIGNAL", "-Wno-CASEINCOMPLETE",
                           "-Wno-UNOPTFLAT", "-Wno-LATCH",
-                          # a struct member tied to a constant (WriteWord.narrow of the combiner's ports)
-                          # becomes an `always @*` that reads nothing
-                          "-Wno-ALWNEVER",
                           # the Vitis interrupt port is named `interrupt`, a C++ word to Verilator
                           "-Wno-SYMRSVDWORD")
 

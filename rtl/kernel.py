@@ -164,7 +164,8 @@ class SamplerKernel(wiring.Component):
             return SimpleNamespace(
                 request=SimpleNamespace(valid=Signal(name=f"{name}_req_valid"),
                                         payload=Signal(64, name=f"{name}_req_address"),
-                                        tag=Signal(tag_layout, name=f"{name}_req_tag"),
+                                        pair=Signal(name=f"{name}_req_pair"),
+                                        ids=Signal(range(ids_per_beat + 1), name=f"{name}_req_ids"),
                                         ready=Signal(name=f"{name}_req_ready")),
                 response=SimpleNamespace(valid=Signal(name=f"{name}_resp_valid"),
                                          payload=Signal(StreamWord, name=f"{name}_resp"),
@@ -186,7 +187,8 @@ class SamplerKernel(wiring.Component):
             storage.request.payload.eq(Mux(select_a, port_a.request.payload, port_b.request.payload)),
             port_a.request.ready.eq(storage.request.ready & tags.w_rdy & select_a),
             port_b.request.ready.eq(storage.request.ready & tags.w_rdy & ~select_a),
-            tag_in.eq(Mux(select_a, port_a.request.tag, port_b.request.tag)), tag_in.a.eq(select_a),
+            tag_in.a.eq(select_a), tag_in.pair.eq(select_a & port_a.request.pair),
+            tag_in.ids.eq(Mux(select_a, 0, port_b.request.ids)),
             tags.w_data.eq(tag_in),
             tags.w_en.eq(storage.request.valid & storage.request.ready),
             port_a.response.payload.eq(storage.response.payload),
@@ -423,7 +425,7 @@ class SamplerKernel(wiring.Component):
                 same_beat = (start_address[3:(data_bytes.bit_length() - 1)] != ids_per_beat // 2 - 1
                              if data_bytes > 8 else 0)
                 m.d.comb += [port_a.request.valid.eq(1), port_a.request.payload.eq(start_address),
-                             port_a.request.tag.pair.eq(same_beat)]
+                             port_a.request.pair.eq(same_beat)]
                 m.d.sync += prefetch_key.eq(mix32(prefetch_scratch ^ prefetch_node[32:] ^ spec_rng.NODE_SALT))
                 with m.If(port_a.request.ready & same_beat):
                     m.next = "P_QUEUE"
@@ -774,10 +776,10 @@ class SamplerKernel(wiring.Component):
             with m.State("I_STREAM"):
                 with m.If(ticket.dense):
                     m.d.comb += [port_b.request.valid.eq(1), port_b.request.payload.eq(dense_address),
-                                 port_b.request.tag.ids.eq(dense_ids)]
+                                 port_b.request.ids.eq(dense_ids)]
                 with m.Else():
                     m.d.comb += [
-                        port_b.request.valid.eq(positions_valid), port_b.request.tag.ids.eq(1),
+                        port_b.request.valid.eq(positions_valid), port_b.request.ids.eq(1),
                         port_b.request.payload.eq(indices_base + (ticket.edge_start + positions) * id_bytes),
                     ]
                     for number, sampler in enumerate(samplers):

@@ -8,9 +8,11 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from .axi import ADDRESS_WIDTH, BURST_INCR, RESP_OKAY, AxiWriteSignature, check_data_width
-from .field_writer import WriteWord
 
-__all__ = ["WriteCombiner", "MAX_BURST", "BURST_BOUNDARY"]
+__all__ = ["WriteCombiner", "AppendWord", "MAX_BURST", "BURST_BOUNDARY"]
+
+#: A field to write: byte address (naturally aligned), value, and 8 bytes (wide) or 4.
+AppendWord = data.StructLayout({"address": ADDRESS_WIDTH, "data": 64, "wide": 1})
 
 #: Beats per AXI burst at most (1 KiB at 512 bits).
 MAX_BURST = 16
@@ -19,7 +21,7 @@ BURST_BOUNDARY = 4096
 
 
 class WriteCombiner(wiring.Component):
-    """Merges naturally aligned u8..u64 fields into beats and writes runs of consecutive beats as bursts.
+    """Merges naturally aligned u32/u64 fields into beats and writes runs of consecutive beats as bursts.
 
     Each input port owns one *open beat*: a field for the same beat is merged into it (its bytes
     strobed), a field for another beat closes it. A beat whose every byte is strobed closes at once;
@@ -45,7 +47,7 @@ class WriteCombiner(wiring.Component):
 
     Members
     -------
-    fields : ``In(stream.Signature(WriteWord)).array(ports)``
+    fields : ``In(stream.Signature(AppendWord)).array(ports)``
     flush : ``In(1)``
         Close every open beat and run (level; hold it until ``idle``).
     bus : ``Out(AxiWriteSignature(data_width))``
@@ -67,7 +69,7 @@ class WriteCombiner(wiring.Component):
         self._outstanding = outstanding
         self._ports = ports
         super().__init__({
-            "fields": In(stream.Signature(WriteWord)).array(ports),
+            "fields": In(stream.Signature(AppendWord)).array(ports),
             "flush": In(1),
             "bus": Out(AxiWriteSignature(data_width)),
             "idle": Out(1),
@@ -117,12 +119,9 @@ class WriteCombiner(wiring.Component):
             beat = Signal(beat_layout, name=f"beat{number}")
             field = port.payload
             offset = field.address[:size_log2]
-            lane_value = Mux(field.narrow == 1, field.data[:8].replicate(8),
-                             Mux(field.narrow == 2, field.data[:16].replicate(4),
-                                 Mux(field.wide, field.data, Cat(field.data[:32], field.data[:32]))))
+            lane_value = Mux(field.wide, field.data, Cat(field.data[:32], field.data[:32]))
             field_strobe = Signal(data_bytes, name=f"field_strobe{number}")
-            m.d.comb += field_strobe.eq(
-                Mux(field.narrow == 1, 0x01, Mux(field.narrow == 2, 0x03, Mux(field.wide, 0xFF, 0x0F))) << offset)
+            m.d.comb += field_strobe.eq(Mux(field.wide, 0xFF, 0x0F) << offset)
             field_data = lane_value.replicate(data_bytes // 8)
             byte_mask = Cat(*(field_strobe[byte].replicate(8) for byte in range(data_bytes)))
             same = is_open & ((field.address >> size_log2) == (beat_address >> size_log2))

@@ -61,7 +61,7 @@ def _run(data_width: int, streams, stall: float, seed: int, error_byte: int | No
                 port = dut.fields[number]
                 if position[number] < len(stream) and rng.random() > stall:
                     address, value, wide = stream[position[number]]
-                    ctx.set(port.payload, {"address": address, "data": value, "wide": wide, "narrow": 0})
+                    ctx.set(port.payload, {"address": address, "data": value, "wide": wide})
                     ctx.set(port.valid, 1)
                 else:
                     ctx.set(port.valid, 0)

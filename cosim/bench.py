@@ -24,7 +24,6 @@ import time
 
 import numpy as np
 
-from smartsage.rtl.kernel import LANES_BUILT
 from smartsage.spec import golden, rng
 from smartsage.spec.config import KernelConfig, get_config
 from smartsage.spec.descriptor import RESULT_HEADER_SIZE
@@ -112,8 +111,8 @@ def measure_image(config: KernelConfig, path, fanouts=(25, 10), batch: int = 102
         frontier_entries = result["header"]["counts_written"]
         report["ideal"] = {
             "edges": edges, "frontier_entries": frontier_entries, "kernel_cycles": cycles,
-            "lanes_built": LANES_BUILT,
-            "cycles_per_edge": cycles / edges, "cycles_per_edge_per_lane": cycles / edges * LANES_BUILT,
+            "lanes": config.lanes,
+            "cycles_per_edge": cycles / edges, "cycles_per_edge_per_lane": cycles / edges * config.lanes,
             "cosim_wall_s": result["wall_s"], "cosim_cycles_per_s": result["cycles"] / result["wall_s"],
             "cosim_edges_per_s": edges / result["wall_s"],
             "storage_transactions": result["storage_transactions"],

@@ -104,7 +104,7 @@ async def run_plan(dut):
             if ok and layout.self_bytes else "",
             "sums": memory[layout.sums:layout.sums + layout.sum_bytes].tobytes().hex()
             if ok and layout.sum_bytes else "",
-            "storage": tb.storage.stats(), "storage_transactions": tb.storage_port.transactions,
+            "storage": tb.storage.stats(), "storage_transactions": tb.storage_transactions,
         })
         if problems:
             failures.append(f"command {number} (seed {spec.seed}, fanouts {spec.fanouts}, "

@@ -57,10 +57,16 @@ from .read_stream import ReadStream, StreamWord
 from .rng import mix32
 from .write_combiner import WriteCombiner
 
-__all__ = ["SamplerKernel", "IMAGE_WORDS", "SUPPORTED_FLAGS", "LANES_BUILT"]
+__all__ = ["SamplerKernel", "IMAGE_WORDS", "SUPPORTED_FLAGS", "MAX_LANES", "lane_master_name"]
 
-#: Samplers this microarchitecture instantiates, whatever KernelConfig.lanes says (see docs/rtl.md).
-LANES_BUILT = 1
+#: Edge-streamer lanes this microarchitecture builds at most (ports of the write combiner, masters).
+MAX_LANES = 16
+
+
+def lane_master_name(lane: int) -> str:
+    """The storage read master of a lane: ``m_axi_storage`` (lane 0, shared with the sequencer's
+    header and indptr reads and the aggregator), ``m_axi_storage1``, ... for the others."""
+    return "m_axi_storage" if lane == 0 else f"m_axi_storage{lane}"
 
 #: Descriptor flags this build executes: AGGREGATE (docs/spec.md section 4, the feature aggregator).
 SUPPORTED_FLAGS = int(Flags.AGGREGATE)
@@ -95,32 +101,41 @@ IMAGE_WORDS = _image_words()
 
 
 class SamplerKernel(wiring.Component):
-    """The neighbor-sampling kernel (one pipelined lane), a Vitis ``ap_ctrl_hs`` RTL kernel.
+    """The neighbor-sampling kernel, ``config.lanes`` edge-streamer lanes, a Vitis ``ap_ctrl_hs`` RTL kernel.
 
     Parameters
     ----------
     config : KernelConfig
-        Data width, max_fanout, max_hops and outstanding_reads of this build (``lanes`` and
-        ``fifo_depth`` are not used by this microarchitecture yet).
+        Data width, lanes, max_fanout, max_hops and outstanding_reads of this build (``fifo_depth``
+        is not used by this microarchitecture).
 
     Members
     -------
     s_axi_control : ``In(AxiLiteSignature(6))``
     m_axi_storage : ``Out(AxiReadSignature(config.data_width))``
+        Storage reads of lane 0, the image header, indptr and the aggregator.
+    m_axi_storage1 .. m_axi_storage{lanes - 1} : ``Out(AxiReadSignature(config.data_width))``
+        Storage (index) reads of lanes 1.. (one read channel per lane).
     m_axi_mem : ``Out(AxiSignature(config.data_width))``
     interrupt : ``Out(1)``
+
+    Raises
+    ------
+    ValueError
+        ``config.lanes`` above :data:`MAX_LANES`.
     """
 
     def __init__(self, config: KernelConfig):
         if not isinstance(config, KernelConfig):
             raise TypeError(f"Config must be a KernelConfig, not {config!r}")
+        if config.lanes > MAX_LANES:
+            raise ValueError(f"Lanes must be at most {MAX_LANES} for this kernel, not {config.lanes!r}")
         self._config = config
-        super().__init__({
-            "s_axi_control": In(AxiLiteSignature(CONTROL_ADDRESS_WIDTH)),
-            "m_axi_storage": Out(AxiReadSignature(config.data_width)),
-            "m_axi_mem": Out(AxiSignature(config.data_width)),
-            "interrupt": Out(1),
-        })
+        members = {"s_axi_control": In(AxiLiteSignature(CONTROL_ADDRESS_WIDTH))}
+        for lane in range(config.lanes):
+            members[lane_master_name(lane)] = Out(AxiReadSignature(config.data_width))
+        members.update({"m_axi_mem": Out(AxiSignature(config.data_width)), "interrupt": Out(1)})
+        super().__init__(members)
 
     @property
     def config(self) -> KernelConfig:
@@ -134,20 +149,35 @@ class SamplerKernel(wiring.Component):
         m.submodules.control = control = ControlRegisters()
         m.submodules.storage_reader = storage = ReadStream(cfg.data_width, cfg.outstanding_reads)
         m.submodules.mem_reader = mem = ReadStream(cfg.data_width, cfg.outstanding_reads)
-        # Sampling writes (node-list appends on port 0; counts and the result header on port 1) are
-        # combined into strobed full-beat bursts; the aggregator's single-field writes go through the
-        # field writer, which owns the write channel while it aggregates or has writes unanswered.
-        m.submodules.mem_combiner = combiner = WriteCombiner(cfg.data_width, cfg.outstanding_reads, ports=2)
-        appends, fields_out = combiner.fields[0], combiner.fields[1]
+        lanes = cfg.lanes
+        # Sampling writes (node-list appends of lane i on port i; counts and the result header on the
+        # last port) are combined into strobed full-beat bursts; the aggregator's single-field writes go
+        # through the field writer, which owns the write channel while it aggregates or has writes
+        # unanswered.
+        m.submodules.mem_combiner = combiner = WriteCombiner(cfg.data_width, cfg.outstanding_reads,
+                                                             ports=lanes + 1)
+        fields_out = combiner.fields[lanes]
         m.submodules.mem_writer = writer = FieldWriter(cfg.data_width, cfg.outstanding_reads)
         field_writes = Signal()  # the write channel is the field writer's
-        # A command that ends early (an error mid-sample) can leave positions in the sampler: it is
-        # reset when the next command starts.
-        # Two samplers take jobs in turn, so one's pipeline fills while the other's positions stream.
-        samplers = [PositionSampler(cfg.max_fanout) for _ in range(2)]
+        # A command that ends early (an error mid-sample) can leave positions in the samplers: they
+        # are reset when the next command starts.
+        # Per lane, two samplers take jobs in turn, so one's pipeline fills while the other's
+        # positions stream.
         sampler_reset = Signal()
-        for number, sampler in enumerate(samplers):
-            m.submodules[f"positions{number}"] = ResetInserter(sampler_reset)(sampler)
+        lane_samplers = []
+        for lane in range(lanes):
+            pair = [PositionSampler(cfg.max_fanout) for _ in range(2)]
+            for number, sampler in enumerate(pair):
+                m.submodules[f"positions{lane}_{number}" if lane else f"positions{number}"] = \
+                    ResetInserter(sampler_reset)(sampler)
+            lane_samplers.append(pair)
+        # lanes 1.. read storage through a master of their own
+        lane_readers = [storage]
+        for lane in range(1, lanes):
+            reader = ReadStream(cfg.data_width, cfg.outstanding_reads)
+            m.submodules[f"storage_reader{lane}"] = reader
+            wiring.connect(m, wiring.flipped(getattr(self, lane_master_name(lane))), reader.bus)
+            lane_readers.append(reader)
 
         wiring.connect(m, wiring.flipped(self.s_axi_control), control.s_axi_control)
         wiring.connect(m, wiring.flipped(self.m_axi_storage), storage.bus)
@@ -283,8 +313,6 @@ class SamplerKernel(wiring.Component):
         frontier_size = Signal(64)
         counts_base = Signal(64)
         written = Signal(64)
-        append_index = Signal(64)  # the collector's next node-list entry
-        issued = Signal(range(cfg.max_fanout + 1))
         prefetching = Signal()
         prefetch_index = Signal(64)
         fanout = Signal(16)
@@ -298,8 +326,11 @@ class SamplerKernel(wiring.Component):
         busy = Signal()
         with m.If(busy):
             m.d.sync += cycles.eq(cycles + 1)
-        with m.If(self.m_axi_storage.arvalid & self.m_axi_storage.arready):
-            m.d.sync += storage_bytes.eq(storage_bytes + (self.m_axi_storage.arlen + 1) * data_bytes)
+        storage_beats = []
+        for lane in range(lanes):
+            master = getattr(self, lane_master_name(lane))
+            storage_beats.append(Mux(master.arvalid & master.arready, master.arlen + 1, 0))
+        m.d.sync += storage_bytes.eq(storage_bytes + sum(storage_beats) * data_bytes)
 
         def id_of(word, address):
             return Mux(wide_ids, word, Mux(address[2], word[32:], word[:32]))
@@ -363,10 +394,24 @@ class SamplerKernel(wiring.Component):
             "key": 32, "degree": 32, "count": range(cfg.max_fanout + 1), "edge_start": 64,
             "entry": 64, "base": 64})
         job_reset = Signal()
-        jobs = SyncFIFO(width=job_layout.size, depth=4)
-        m.submodules.jobs = ResetInserter(job_reset)(jobs)
+        lane_jobs = []
         job_in = Signal(job_layout)
-        m.d.comb += jobs.w_data.eq(job_in)
+        for lane in range(lanes):
+            jobs = SyncFIFO(width=job_layout.size, depth=4)
+            m.submodules[f"jobs{lane}" if lane else "jobs"] = ResetInserter(job_reset)(jobs)
+            m.d.comb += jobs.w_data.eq(job_in)
+            lane_jobs.append(jobs)
+        jobs_waiting = Cat(*(jobs.r_rdy for jobs in lane_jobs)).any()
+        # the sequencer hands each job to a lane with room, the lanes in turn
+        last_lane = Signal(range(max(lanes, 2)))
+        next_lane = Signal(range(max(lanes, 2)))
+        lane_free = Signal()
+        with m.Switch(last_lane):
+            for last in range(lanes):
+                with m.Case(last):
+                    for n, lane in enumerate((last + offset) % lanes for offset in range(1, lanes + 1)):
+                        with (m.If if n == 0 else m.Elif)(lane_jobs[lane].w_rdy):
+                            m.d.comb += [next_lane.eq(lane), lane_free.eq(1)]
         back_idle = Signal()
         back_error = Signal()
         finishing = Signal()  # the command ends: the streamer abandons its job
@@ -394,7 +439,6 @@ class SamplerKernel(wiring.Component):
         pairs_reserved = Signal(range(ahead + 1))
         prefetch_node = Signal(64)
         prefetch_scratch = Signal(32)
-        prefetch_key = Signal(32)
         ahead_in = Signal(node_ahead_layout)
         m.d.comb += nodes_ahead.w_data.eq(ahead_in)
         arriving = mem.response.payload
@@ -406,46 +450,46 @@ class SamplerKernel(wiring.Component):
         m.d.sync += pairs_reserved.eq(pairs_reserved + reserve - release)
         with m.If(job_reset):
             m.d.sync += pairs_reserved.eq(0)
-        with m.FSM(name="prefetcher"):
-            with m.State("P_IDLE"):
-                room = nodes_ahead.w_rdy & (pairs_reserved + 1 <= ahead)
-                with m.If(prefetching & room):
-                    m.d.comb += mem.response.ready.eq(1)
-                    with m.If(mem.response.valid & in_range):
-                        m.d.comb += reserve.eq(1)
-                        m.d.sync += [prefetch_node.eq(arriving_id),
-                                     prefetch_scratch.eq(mix32(hop_key ^ arriving_id[:32]))]
-                        m.next = "P_START"
-                    with m.Elif(mem.response.valid):  # out of range or a read error: no indptr reads
-                        m.d.comb += [ahead_in.node.eq(arriving_id), ahead_in.error.eq(arriving.error),
-                                     ahead_in.address.eq(arriving.address), nodes_ahead.w_en.eq(1)]
-            with m.State("P_START"):
-                start_address = indptr_base + prefetch_node * 8
-                # indptr[v + 1] in the same beat (not for 64-bit beats): one read brings both
-                same_beat = (start_address[3:(data_bytes.bit_length() - 1)] != ids_per_beat // 2 - 1
-                             if data_bytes > 8 else 0)
-                m.d.comb += [port_a.request.valid.eq(1), port_a.request.payload.eq(start_address),
-                             port_a.request.pair.eq(same_beat)]
-                m.d.sync += prefetch_key.eq(mix32(prefetch_scratch ^ prefetch_node[32:] ^ spec_rng.NODE_SALT))
-                with m.If(port_a.request.ready & same_beat):
-                    m.next = "P_QUEUE"
-                with m.Elif(port_a.request.ready):
-                    m.next = "P_END"
-                with m.If(finishing):
-                    m.next = "P_IDLE"
-            with m.State("P_QUEUE"):  # the pair was read at once
-                m.d.comb += [ahead_in.node.eq(prefetch_node), ahead_in.key.eq(prefetch_key),
-                             ahead_in.in_range.eq(1), nodes_ahead.w_en.eq(1)]
-                m.next = "P_IDLE"
-            with m.State("P_END"):
-                m.d.comb += [port_a.request.valid.eq(1),
-                             port_a.request.payload.eq(indptr_base + prefetch_node * 8 + 8),
-                             ahead_in.node.eq(prefetch_node), ahead_in.key.eq(prefetch_key),
-                             ahead_in.in_range.eq(1)]
-                with m.If(port_a.request.ready):
-                    m.d.comb += nodes_ahead.w_en.eq(1)
-                with m.If(port_a.request.ready | finishing):
-                    m.next = "P_IDLE"
+        # A two-stage pipeline, one node per cycle: stage 0 takes a frontier id (and reserves its
+        # indptr pair's place), stage 1 finishes its key and issues its indptr read(s), then queues
+        # it; ids out of range or read in error pass through stage 1 without reads (frontier order).
+        s1_valid, s1_in_range, s1_error, s1_second = Signal(), Signal(), Signal(), Signal()
+        s1_address = Signal(64)
+        start_address = indptr_base + prefetch_node * 8
+        # indptr[v + 1] in the same beat (not for 64-bit beats): one read brings both
+        same_beat = (start_address[3:(data_bytes.bit_length() - 1)] != ids_per_beat // 2 - 1
+                     if data_bytes > 8 else 0)
+        s1_done = Signal()
+        m.d.comb += [ahead_in.node.eq(prefetch_node), ahead_in.in_range.eq(s1_in_range),
+                     ahead_in.error.eq(s1_error), ahead_in.address.eq(s1_address),
+                     ahead_in.key.eq(mix32(prefetch_scratch ^ prefetch_node[32:] ^ spec_rng.NODE_SALT))]
+        with m.If(s1_valid & ~s1_in_range):
+            m.d.comb += [nodes_ahead.w_en.eq(nodes_ahead.w_rdy), s1_done.eq(nodes_ahead.w_rdy)]
+        with m.Elif(s1_valid & ~s1_second):
+            m.d.comb += [port_a.request.valid.eq(nodes_ahead.w_rdy | ~same_beat),
+                         port_a.request.payload.eq(start_address), port_a.request.pair.eq(same_beat)]
+            with m.If(port_a.request.valid & port_a.request.ready):
+                with m.If(same_beat):
+                    m.d.comb += [nodes_ahead.w_en.eq(1), s1_done.eq(1)]
+                with m.Else():
+                    m.d.sync += s1_second.eq(1)
+        with m.Elif(s1_valid):
+            m.d.comb += [port_a.request.valid.eq(nodes_ahead.w_rdy), port_a.request.payload.eq(start_address + 8)]
+            with m.If(port_a.request.valid & port_a.request.ready):
+                m.d.comb += [nodes_ahead.w_en.eq(1), s1_done.eq(1)]
+        with m.If(s1_done):
+            m.d.sync += [s1_valid.eq(0), s1_second.eq(0)]
+        room = (pairs_reserved + 1 <= ahead) & (~s1_valid | s1_done)
+        with m.If(prefetching & room):
+            m.d.comb += mem.response.ready.eq(1)
+            with m.If(mem.response.valid):
+                m.d.comb += reserve.eq(in_range)
+                m.d.sync += [s1_valid.eq(1), s1_second.eq(0), s1_in_range.eq(in_range),
+                             s1_error.eq(arriving.error), s1_address.eq(arriving.address),
+                             prefetch_node.eq(arriving_id),
+                             prefetch_scratch.eq(mix32(hop_key ^ arriving_id[:32]))]
+        with m.If(job_reset | finishing):
+            m.d.sync += [s1_valid.eq(0), s1_second.eq(0)]
         # indptr answers pair up (start, end) into the reserved FIFO space: both from one beat, or
         # from two answers
         first_half = Signal(StreamWord)
@@ -560,7 +604,6 @@ class SamplerKernel(wiring.Component):
                         indptr_base.eq(image_base + image("indptr")),
                         indices_base.eq(image_base + image("indices")),
                         written.eq(num_targets), frontier_size.eq(num_targets), counts_base.eq(0),
-                        append_index.eq(num_targets),
                         hop.eq(0), scratch.eq(mix32(seed[:32] ^ spec_rng.SEED_SALT)),
                     ]
                     m.next = "COMMAND_KEY"
@@ -583,7 +626,7 @@ class SamplerKernel(wiring.Component):
                                  prefetching.eq(1), prefetch_index.eq(0)]
                     m.next = "FRONTIER"
             with m.State("HOP_WAIT"):  # the edge streamer finishes the hop's last jobs
-                with m.If(back_idle & ~jobs.r_rdy):
+                with m.If(back_idle & ~jobs_waiting):
                     m.next = "HOP_DRAIN"
                 abort_on_back_error()
 
@@ -627,14 +670,20 @@ class SamplerKernel(wiring.Component):
                         with m.Else():
                             # the node's count is known now: written at once, in frontier order; only
                             # nodes with edges become jobs
+                            dispatchable = lane_free | (count == 0)
                             m.d.comb += [
-                                fields_out.valid.eq(jobs.w_rdy),
+                                fields_out.valid.eq(dispatchable),
                                 fields_out.payload.address.eq(counts_ptr + (counts_base + frontier_index) * 4),
                                 fields_out.payload.data.eq(count), fields_out.payload.wide.eq(0),
                             ]
-                            with m.If(jobs.w_rdy & fields_out.ready):
-                                m.d.comb += [jobs.w_en.eq(count != 0), nodes_ahead.r_en.eq(1),
-                                             indptr_pairs.r_en.eq(1)]
+                            with m.If(dispatchable & fields_out.ready):
+                                with m.If(count != 0):
+                                    with m.Switch(next_lane):
+                                        for lane in range(lanes):
+                                            with m.Case(lane):
+                                                m.d.comb += lane_jobs[lane].w_en.eq(1)
+                                    m.d.sync += last_lane.eq(next_lane)
+                                m.d.comb += [nodes_ahead.r_en.eq(1), indptr_pairs.r_en.eq(1)]
                                 m.d.sync += [written.eq(written + count), frontier_index.eq(frontier_index + 1)]
                 abort_on_back_error()
 
@@ -664,7 +713,8 @@ class SamplerKernel(wiring.Component):
                 # is answered before the result header
                 m.d.comb += [mem.response.ready.eq(1), drain_storage.eq(1), finishing.eq(1), job_reset.eq(1),
                              combiner.flush.eq(1)]
-                with m.If(writer.idle & combiner.idle & mem.idle & storage.idle & back_idle):
+                readers_idle = Cat(*(reader.idle for reader in lane_readers)).all()
+                with m.If(writer.idle & combiner.idle & mem.idle & readers_idle & back_idle):
                     with m.If((writer.error | combiner.error) & (status == Status.OK)):
                         m.d.sync += [status.eq(Status.OUTPUT_ERROR), error_hop.eq(0), error_index.eq(0),
                                      error_value.eq(Mux(combiner.error, combiner.error_address,
@@ -704,146 +754,183 @@ class SamplerKernel(wiring.Component):
                 m.d.sync += busy.eq(0)
                 m.next = "IDLE"
 
-        # ---- the edge streamer: the issuer turns each job's positions into index reads (several jobs'
-        # reads in flight at once, up to outstanding_reads); the collector takes the answers in order
-        # and appends the ids to the node list. A job with d > k runs a position sampler and reads one
-        # id per position; a job with d <= k takes all its d consecutive ids, read a beat at a time
-        # (*dense*: up to data_width / 32 ids per read). Jobs come in frontier order and each one's
-        # place follows the previous one's, so the collector appends at a running index, one id per
-        # cycle, with no hand-off between jobs.
-        issuer_idle = Signal()
-        collector_idle = Signal()
-        b_pending = Signal(range(cfg.outstanding_reads + 1))  # index reads not yet answered
-        b_issued = port_b.request.valid & port_b.request.ready
-        b_answered = port_b.response.valid & storage.response.ready
-        m.d.sync += b_pending.eq(b_pending + b_issued - b_answered)
+        # ---- the edge streamers, one per lane: the issuer turns each job's positions into index reads
+        # (several jobs' reads in flight at once, up to outstanding_reads per lane); the collector takes
+        # the answers in order and appends the ids to the node list at the job's reserved place. A job
+        # with d > k runs a position sampler and reads one id per position; a job with d <= k takes
+        # all its d consecutive ids, read a beat at a time (*dense*: up to data_width / 32 ids per
+        # read). Lanes finish their jobs in any order: each id's place was fixed at dispatch.
         with m.If(job_reset):
-            m.d.sync += b_pending.eq(0)
-        m.d.comb += back_idle.eq((issuer_idle & ~jobs.r_rdy & (b_pending == 0) & collector_idle) | back_error)
-
-        # issuer, first half: take a job, start the sampler whose turn it is (d > k), and queue a
-        # ticket for the streaming half (all in one cycle)
-        ticket_layout = data.StructLayout({"sampler": 1, "dense": 1, "count": range(cfg.max_fanout + 1),
-                                           "edge_start": 64})
-        tickets = SyncFIFO(width=ticket_layout.size, depth=2)
-        m.submodules.tickets = ResetInserter(job_reset)(tickets)
-        ticket_in = Signal(ticket_layout)
-        ticket = Signal(ticket_layout)
-        turn = Signal()
-        incoming = job_layout(jobs.r_data)
-        dense_job = incoming.degree == incoming.count
-        turn_ready = Mux(turn, samplers[1].request.ready, samplers[0].request.ready)
-        go = Signal()
-        m.d.comb += [
-            go.eq(jobs.r_rdy & tickets.w_rdy & ~finishing & ~back_error & (dense_job | turn_ready)),
-            ticket_in.sampler.eq(turn), ticket_in.dense.eq(dense_job), ticket_in.count.eq(incoming.count),
-            ticket_in.edge_start.eq(incoming.edge_start), tickets.w_data.eq(ticket_in),
-        ]
-        for number, sampler in enumerate(samplers):
-            m.d.comb += [sampler.request.payload.key.eq(incoming.key),
-                         sampler.request.payload.degree.eq(incoming.degree),
-                         sampler.request.payload.fanout.eq(fanout),
-                         sampler.request.valid.eq(go & ~dense_job & (turn == number))]
-        with m.If(go):
-            m.d.comb += [jobs.r_en.eq(1), tickets.w_en.eq(1)]
-            with m.If(~dense_job):
-                m.d.sync += turn.eq(~turn)
-        with m.If(job_reset):
-            m.d.sync += turn.eq(0)
-
-        # issuer, second half: each ticket's reads, ticket after ticket
-        positions_valid = Mux(ticket.sampler, samplers[1].positions.valid, samplers[0].positions.valid)
-        positions = Mux(ticket.sampler, samplers[1].positions.payload, samplers[0].positions.payload)
+            m.d.sync += last_lane.eq(0)
         beat_log2 = data_bytes.bit_length() - 1
-        dense_address = Signal(64)
-        dense_room = Signal(range(ids_per_beat + 1))  # ids from dense_address to the end of its beat
-        dense_ids = Signal(range(ids_per_beat + 1))
-        remaining = ticket.count - issued
-        m.d.comb += [
-            dense_address.eq(indices_base + (ticket.edge_start + issued) * id_bytes),
-            dense_room.eq(Mux(wide_ids, (data_bytes - dense_address[:beat_log2]) >> 3,
-                              (data_bytes - dense_address[:beat_log2]) >> 2)),
-            dense_ids.eq(Mux(remaining < dense_room, remaining, dense_room)),
-        ]
-        step = Mux(ticket.dense, dense_ids, 1)
-        with m.FSM(name="issuer"):
-            with m.State("I_IDLE"):
-                m.d.comb += issuer_idle.eq(~tickets.r_rdy)
-                with m.If(tickets.r_rdy & ~finishing & ~back_error):
-                    m.d.comb += tickets.r_en.eq(1)
-                    m.d.sync += [ticket.eq(tickets.r_data), issued.eq(0)]
-                    m.next = "I_STREAM"
-            with m.State("I_STREAM"):
-                with m.If(ticket.dense):
-                    m.d.comb += [port_b.request.valid.eq(1), port_b.request.payload.eq(dense_address),
-                                 port_b.request.ids.eq(dense_ids)]
-                with m.Else():
-                    m.d.comb += [
-                        port_b.request.valid.eq(positions_valid), port_b.request.ids.eq(1),
-                        port_b.request.payload.eq(indices_base + (ticket.edge_start + positions) * id_bytes),
-                    ]
-                    for number, sampler in enumerate(samplers):
-                        m.d.comb += sampler.positions.ready.eq(port_b.request.ready & (ticket.sampler == number))
-                with m.If(port_b.request.valid & port_b.request.ready):
-                    m.d.sync += issued.eq(issued + step)
-                    with m.If(issued + step == ticket.count):
-                        # the next ticket at once when there is one
-                        with m.If(tickets.r_rdy):
-                            m.d.comb += tickets.r_en.eq(1)
-                            m.d.sync += [ticket.eq(tickets.r_data), issued.eq(0)]
-                        with m.Else():
-                            m.next = "I_IDLE"
-                with m.If(finishing | back_error):
-                    m.next = "I_IDLE"
+        collect_layout = data.StructLayout({"count": range(cfg.max_fanout + 1), "base": 64})
+        lane_idle, lane_error = [], []
+        for lane in range(lanes):
+            if lane == 0:
+                port = port_b  # shares the first storage master with the sequencer (port A)
+                answered = port_b.response.valid & storage.response.ready
+                answer_ids = port_b.response.tag.ids
+            else:
+                reader = lane_readers[lane]
+                ids_tags = SyncFIFO(width=len(Signal(range(ids_per_beat + 1))), depth=cfg.outstanding_reads)
+                m.submodules[f"ids_tags{lane}"] = ResetInserter(job_reset)(ids_tags)
+                port = requester(f"lane{lane}")
+                m.d.comb += [
+                    reader.request.valid.eq(port.request.valid & ids_tags.w_rdy),
+                    reader.request.payload.eq(port.request.payload),
+                    port.request.ready.eq(reader.request.ready & ids_tags.w_rdy),
+                    ids_tags.w_data.eq(port.request.ids),
+                    ids_tags.w_en.eq(reader.request.valid & reader.request.ready),
+                    port.response.payload.eq(reader.response.payload),
+                    port.response.valid.eq(reader.response.valid & ids_tags.r_rdy),
+                    reader.response.ready.eq(ids_tags.r_rdy & (drain_storage | port.response.ready)),
+                    ids_tags.r_en.eq(reader.response.valid & reader.response.ready),
+                ]
+                port.response.beat = reader.beat
+                answered = reader.response.valid & reader.response.ready
+                answer_ids = ids_tags.r_data
+            samplers = lane_samplers[lane]
+            jobs = lane_jobs[lane]
+            name = f"lane{lane}_"
+            issuer_idle = Signal(name=name + "issuer_idle")
+            collector_idle = Signal(name=name + "collector_idle")
+            collector_error = Signal(name=name + "collector_error")
+            issued = Signal(range(cfg.max_fanout + 1), name=name + "issued")
+            pending = Signal(range(cfg.outstanding_reads + 1), name=name + "pending")  # reads unanswered
+            m.d.sync += pending.eq(pending + (port.request.valid & port.request.ready) - answered)
+            with m.If(job_reset):
+                m.d.sync += pending.eq(0)
 
-        # the answers are taken off the shared read channel at once (a beat FIFO), so an answer
-        # that holds several ids never stops the indptr answers behind it
-        answer_layout = data.StructLayout({"beat": cfg.data_width, "address": 64, "error": 1,
-                                           "ids": range(ids_per_beat + 1)})
-        answers = SyncFIFO(width=answer_layout.size, depth=32)
-        m.submodules.answers = ResetInserter(job_reset)(answers)
-        answer_in = Signal(answer_layout)
-        m.d.comb += [
-            answer_in.beat.eq(port_b.response.beat), answer_in.address.eq(port_b.response.payload.address),
-            answer_in.error.eq(port_b.response.payload.error), answer_in.ids.eq(port_b.response.tag.ids),
-            answers.w_data.eq(answer_in), answers.w_en.eq(port_b.response.valid & ~finishing),
-            port_b.response.ready.eq(answers.w_rdy),
-        ]
-        head = answer_layout(answers.r_data)
-        taken = Signal(range(ids_per_beat))  # ids of the head answer appended so far
-        offset = Signal(beat_log2 + 1)
-        m.d.comb += offset.eq(head.address[:beat_log2] + taken * id_bytes)
-        if data_bytes > 8:
-            wide_id = head.beat.word_select(offset[3:beat_log2], 64)
-        else:
-            wide_id = head.beat
-        narrow_id = head.beat.word_select(offset[2:beat_log2], 32)
-        with m.FSM(name="collector"):
-            with m.State("C_APPEND"):
-                m.d.comb += collector_idle.eq(~answers.r_rdy)
-                with m.If(~finishing):
-                    m.d.comb += [
-                        appends.valid.eq(answers.r_rdy & ~head.error),
-                        appends.payload.address.eq(nodes_ptr + append_index * id_bytes),
-                        appends.payload.data.eq(Mux(wide_ids, wide_id, narrow_id)),
-                        appends.payload.wide.eq(wide_ids),
-                    ]
-                    with m.If(answers.r_rdy & head.error):
-                        m.d.sync += [status.eq(Status.STORAGE_ERROR), error_hop.eq(0), error_index.eq(0),
-                                     error_value.eq(head.address)]
-                        m.next = "C_ERROR"
-                    with m.Elif(appends.valid & appends.ready):
-                        m.d.sync += [append_index.eq(append_index + 1), taken.eq(taken + 1)]
-                        with m.If(taken == head.ids - 1):
-                            m.d.comb += answers.r_en.eq(1)
-                            m.d.sync += taken.eq(0)
-                with m.If(job_reset):
-                    m.d.sync += taken.eq(0)
-            with m.State("C_ERROR"):  # stopped until the next command
-                m.d.comb += [back_error.eq(1), collector_idle.eq(1)]
-                m.d.sync += taken.eq(0)
-                with m.If(control.ready):
-                    m.next = "C_APPEND"
+            # issuer, first half: take a job, start the sampler whose turn it is (d > k), queue a
+            # ticket for the streaming half and the job's place for the collector (all in one cycle)
+            ticket_layout = data.StructLayout({"sampler": 1, "dense": 1, "count": range(cfg.max_fanout + 1),
+                                               "edge_start": 64})
+            tickets = SyncFIFO(width=ticket_layout.size, depth=2)
+            m.submodules[f"tickets{lane}" if lane else "tickets"] = ResetInserter(job_reset)(tickets)
+            collects = SyncFIFO(width=collect_layout.size, depth=cfg.outstanding_reads)
+            m.submodules[f"collects{lane}"] = ResetInserter(job_reset)(collects)
+            ticket_in = Signal(ticket_layout, name=name + "ticket_in")
+            ticket = Signal(ticket_layout, name=name + "ticket")
+            collect_in = Signal(collect_layout, name=name + "collect_in")
+            turn = Signal(name=name + "turn")
+            incoming = job_layout(jobs.r_data)
+            dense_job = incoming.degree == incoming.count
+            turn_ready = Mux(turn, samplers[1].request.ready, samplers[0].request.ready)
+            go = Signal(name=name + "go")
+            m.d.comb += [
+                go.eq(jobs.r_rdy & tickets.w_rdy & collects.w_rdy & ~finishing & ~back_error
+                      & (dense_job | turn_ready)),
+                ticket_in.sampler.eq(turn), ticket_in.dense.eq(dense_job), ticket_in.count.eq(incoming.count),
+                ticket_in.edge_start.eq(incoming.edge_start), tickets.w_data.eq(ticket_in),
+                collect_in.count.eq(incoming.count), collect_in.base.eq(incoming.base),
+                collects.w_data.eq(collect_in),
+            ]
+            for number, sampler in enumerate(samplers):
+                m.d.comb += [sampler.request.payload.key.eq(incoming.key),
+                             sampler.request.payload.degree.eq(incoming.degree),
+                             sampler.request.payload.fanout.eq(fanout),
+                             sampler.request.valid.eq(go & ~dense_job & (turn == number))]
+            with m.If(go):
+                m.d.comb += [jobs.r_en.eq(1), tickets.w_en.eq(1), collects.w_en.eq(1)]
+                with m.If(~dense_job):
+                    m.d.sync += turn.eq(~turn)
+            with m.If(job_reset):
+                m.d.sync += turn.eq(0)
+
+            # issuer, second half: each ticket's reads, ticket after ticket
+            positions_valid = Mux(ticket.sampler, samplers[1].positions.valid, samplers[0].positions.valid)
+            positions = Mux(ticket.sampler, samplers[1].positions.payload, samplers[0].positions.payload)
+            dense_address = Signal(64, name=name + "dense_address")
+            dense_room = Signal(range(ids_per_beat + 1), name=name + "dense_room")  # ids to the beat's end
+            dense_ids = Signal(range(ids_per_beat + 1), name=name + "dense_ids")
+            remaining = ticket.count - issued
+            m.d.comb += [
+                dense_address.eq(indices_base + (ticket.edge_start + issued) * id_bytes),
+                dense_room.eq(Mux(wide_ids, (data_bytes - dense_address[:beat_log2]) >> 3,
+                                  (data_bytes - dense_address[:beat_log2]) >> 2)),
+                dense_ids.eq(Mux(remaining < dense_room, remaining, dense_room)),
+            ]
+            step = Mux(ticket.dense, dense_ids, 1)
+            with m.FSM(name=name + "issuer"):
+                with m.State("I_IDLE"):
+                    m.d.comb += issuer_idle.eq(~tickets.r_rdy)
+                    with m.If(tickets.r_rdy & ~finishing & ~back_error):
+                        m.d.comb += tickets.r_en.eq(1)
+                        m.d.sync += [ticket.eq(tickets.r_data), issued.eq(0)]
+                        m.next = "I_STREAM"
+                with m.State("I_STREAM"):
+                    with m.If(ticket.dense):
+                        m.d.comb += [port.request.valid.eq(1), port.request.payload.eq(dense_address),
+                                     port.request.ids.eq(dense_ids)]
+                    with m.Else():
+                        m.d.comb += [
+                            port.request.valid.eq(positions_valid), port.request.ids.eq(1),
+                            port.request.payload.eq(indices_base + (ticket.edge_start + positions) * id_bytes),
+                        ]
+                        for number, sampler in enumerate(samplers):
+                            m.d.comb += sampler.positions.ready.eq(port.request.ready & (ticket.sampler == number))
+                    with m.If(port.request.valid & port.request.ready):
+                        m.d.sync += issued.eq(issued + step)
+                        with m.If(issued + step == ticket.count):
+                            # the next ticket at once when there is one
+                            with m.If(tickets.r_rdy):
+                                m.d.comb += tickets.r_en.eq(1)
+                                m.d.sync += [ticket.eq(tickets.r_data), issued.eq(0)]
+                            with m.Else():
+                                m.next = "I_IDLE"
+                    with m.If(finishing | back_error):
+                        m.next = "I_IDLE"
+
+            # the answers leave the read channel at once (a beat FIFO), so an answer that holds several
+            # ids never stops the answers behind it (on lane 0: the indptr answers)
+            answer_layout = data.StructLayout({"beat": cfg.data_width, "address": 64, "error": 1,
+                                               "ids": range(ids_per_beat + 1)})
+            answers = SyncFIFO(width=answer_layout.size, depth=32)
+            m.submodules[f"answers{lane}" if lane else "answers"] = ResetInserter(job_reset)(answers)
+            answer_in = Signal(answer_layout, name=name + "answer_in")
+            m.d.comb += [
+                answer_in.beat.eq(port.response.beat), answer_in.address.eq(port.response.payload.address),
+                answer_in.error.eq(port.response.payload.error), answer_in.ids.eq(answer_ids),
+                answers.w_data.eq(answer_in), answers.w_en.eq(port.response.valid & ~finishing),
+                port.response.ready.eq(answers.w_rdy),
+            ]
+            # the collector: one id per cycle, at the job's place (base + i), job after job
+            head = answer_layout(answers.r_data)
+            job = collect_layout(collects.r_data)
+            taken = Signal(range(ids_per_beat), name=name + "taken")          # ids of the head answer
+            appended = Signal(range(cfg.max_fanout), name=name + "appended")  # ids of the job
+            offset = Signal(beat_log2 + 1, name=name + "offset")
+            m.d.comb += offset.eq(head.address[:beat_log2] + taken * id_bytes)
+            wide_id = head.beat.word_select(offset[3:beat_log2], 64) if data_bytes > 8 else head.beat
+            narrow_id = head.beat.word_select(offset[2:beat_log2], 32)
+            appends = combiner.fields[lane]
+            m.d.comb += collector_idle.eq(collector_error | (~answers.r_rdy & ~collects.r_rdy))
+            with m.If(~finishing & ~collector_error):
+                m.d.comb += [
+                    appends.valid.eq(answers.r_rdy & collects.r_rdy & ~head.error),
+                    appends.payload.address.eq(nodes_ptr + (job.base + appended) * id_bytes),
+                    appends.payload.data.eq(Mux(wide_ids, wide_id, narrow_id)),
+                    appends.payload.wide.eq(wide_ids),
+                ]
+                with m.If(answers.r_rdy & head.error):
+                    m.d.sync += [status.eq(Status.STORAGE_ERROR), error_hop.eq(0), error_index.eq(0),
+                                 error_value.eq(head.address), collector_error.eq(1)]
+                with m.Elif(appends.valid & appends.ready):
+                    m.d.sync += [taken.eq(taken + 1), appended.eq(appended + 1)]
+                    with m.If(taken == head.ids - 1):
+                        m.d.comb += answers.r_en.eq(1)
+                        m.d.sync += taken.eq(0)
+                    with m.If(appended == job.count - 1):
+                        m.d.comb += collects.r_en.eq(1)
+                        m.d.sync += appended.eq(0)
+            with m.If(job_reset | collector_error):
+                m.d.sync += [taken.eq(0), appended.eq(0)]
+            with m.If(control.ready):  # stopped by an error until the next command
+                m.d.sync += collector_error.eq(0)
+            lane_idle.append(issuer_idle & ~jobs.r_rdy & (pending == 0) & collector_idle)
+            lane_error.append(collector_error)
+        m.d.comb += [back_error.eq(Cat(*lane_error).any()),
+                     back_idle.eq(Cat(*lane_idle).all() | back_error)]
 
         # ---- the aggregator's ports, while it runs (overriding the idle hop-time drivers above)
         m.d.comb += field_writes.eq(aggregating | ~writer.idle)

@@ -116,6 +116,7 @@ def measure_image(config: KernelConfig, path, fanouts=(25, 10), batch: int = 102
             "cosim_wall_s": result["wall_s"], "cosim_cycles_per_s": result["cycles"] / result["wall_s"],
             "cosim_edges_per_s": edges / result["wall_s"],
             "storage_transactions": result["storage_transactions"],
+            "storage_transactions_by_master": result["storage_transactions_by_master"],
         }
         # 3: bytes to the host vs mmap
         id_bytes = image.header.index_dtype.itemsize

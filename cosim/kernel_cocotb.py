@@ -105,6 +105,7 @@ async def run_plan(dut):
             "sums": memory[layout.sums:layout.sums + layout.sum_bytes].tobytes().hex()
             if ok and layout.sum_bytes else "",
             "storage": tb.storage.stats(), "storage_transactions": tb.storage_transactions,
+            "storage_transactions_by_master": [port.transactions for port in tb.storage_ports],
         })
         if problems:
             failures.append(f"command {number} (seed {spec.seed}, fanouts {spec.fanouts}, "

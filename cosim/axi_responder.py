@@ -35,6 +35,7 @@ class ReadRequest:
     beats: int
     beat_bytes: int
     cycle: int  # cycle of the AR handshake
+    ready: int = 0  # cycle from which its data may return (the timing model's answer, asked at AR time)
 
     @property
     def nbytes(self) -> int:
@@ -95,7 +96,9 @@ class AxiReadResponder(_Clocked):
         ``read(request) -> (bytes, resp)``: the burst's data (``request.nbytes``) and its response code
         (or a list of one code per beat).
     ready_cycle :
-        ``ready_cycle(request) -> cycle`` at which the data may start to return (timing model).
+        ``ready_cycle(request) -> cycle`` at which the data may start to return (timing model). It is
+        asked when the AR handshake happens, so several masters sharing one timing model (one
+        storage device) present their reads to it in the order they were issued.
     backpressure :
         Random AR stalls and R idle cycles.
     accepted :
@@ -140,6 +143,7 @@ class AxiReadResponder(_Clocked):
             if int(self.arvalid.value) and int(self.arready.value):
                 request = ReadRequest(int(self.araddr.value), int(self.arlen.value) + 1,
                                       1 << int(self.arsize.value), self.cycle())
+                request.ready = self.ready_cycle(request)
                 self._pending.append(request)
                 if self.accepted is not None:
                     self.accepted(request)
@@ -152,7 +156,7 @@ class AxiReadResponder(_Clocked):
                 self._arrived.clear()
                 await self._arrived.wait()
             request = self._pending[0]
-            await self.wait_cycles(self.ready_cycle(request) - self.cycle())
+            await self.wait_cycles(request.ready - self.cycle())
             payload, resp = self.read(request)
             self.transactions += 1
             for beat in range(request.beats):

@@ -24,7 +24,6 @@ import time
 
 import numpy as np
 
-from smartsage.rtl.kernel import LANES_BUILT
 from smartsage.spec import golden, rng
 from smartsage.spec.config import KernelConfig, get_config
 from smartsage.spec.descriptor import RESULT_HEADER_SIZE
@@ -112,11 +111,12 @@ def measure_image(config: KernelConfig, path, fanouts=(25, 10), batch: int = 102
         frontier_entries = result["header"]["counts_written"]
         report["ideal"] = {
             "edges": edges, "frontier_entries": frontier_entries, "kernel_cycles": cycles,
-            "lanes_built": LANES_BUILT,
-            "cycles_per_edge": cycles / edges, "cycles_per_edge_per_lane": cycles / edges * LANES_BUILT,
+            "lanes": config.lanes,
+            "cycles_per_edge": cycles / edges, "cycles_per_edge_per_lane": cycles / edges * config.lanes,
             "cosim_wall_s": result["wall_s"], "cosim_cycles_per_s": result["cycles"] / result["wall_s"],
             "cosim_edges_per_s": edges / result["wall_s"],
             "storage_transactions": result["storage_transactions"], "storage_pages": result["storage_pages"],
+            "storage_transactions_by_master": result["storage_transactions_by_master"],
         }
         # 3: bytes to the host vs mmap
         id_bytes = image.header.index_dtype.itemsize
@@ -137,7 +137,9 @@ def measure_image(config: KernelConfig, path, fanouts=(25, 10), batch: int = 102
         report["pm983"] = {"batch": ssd_batch, "fanouts": list(ssd_fanouts),
                            "edges": ssd["header"]["edges_sampled"], "flash_pages": flash,
                            "kernel_cycles": ssd["header"]["cycles"], "seconds": seconds, "iops": iops,
-                           "fraction_of_ceiling": iops / PM983.iops, "cosim_wall_s": ssd["wall_s"]}
+                           "fraction_of_ceiling": iops / PM983.iops,
+                           # cycles in which the flash could have started a page read but none was asked for
+                           "starved_cycles": ssd["storage"]["starved_cycles"], "cosim_wall_s": ssd["wall_s"]}
     # 4: raw Verilator speed of the same build (clock only)
     raw = run_plan(config, path, [], seed=seed, raw_cycles=raw_cycles, check=False)
     report["raw_verilator_cycles_per_s"] = raw.cycles / raw.wall_s

@@ -33,6 +33,7 @@ class DeviceMemory:
         self.read_error_ranges: list[tuple[int, int]] = []
         self.write_error_ranges: list[tuple[int, int]] = []
         self.writes: list[tuple[int, int]] = []  # (address, bytes) of every strobed byte run
+        self.write_failures: list[tuple[int, int]] = []  # strobed [first, last + 1) of bursts answered SLVERR
 
     @property
     def size(self) -> int:
@@ -48,14 +49,19 @@ class DeviceMemory:
         return self.data[start:end].tobytes(), RESP_OKAY
 
     def write(self, request: WriteRequest) -> int:
+        """Apply a burst's strobed bytes; an error range touched fails the whole burst (nothing written)
+        and records the burst's strobed span in ``write_failures``."""
+        strobed = [request.address + beat * request.beat_bytes + byte
+                   for beat, strobe in enumerate(request.strobes)
+                   for byte in range(request.beat_bytes) if strobe >> byte & 1]
+        for lo, hi in self.write_error_ranges:
+            if any(lo <= address < hi for address in strobed):
+                self.write_failures.append((min(strobed), max(strobed) + 1))
+                return RESP_SLVERR
+        if request.address + request.beats * request.beat_bytes > self.size:
+            return RESP_DECERR
         for beat, (word, strobe) in enumerate(zip(request.data, request.strobes, strict=True)):
             base = request.address + beat * request.beat_bytes
-            strobed = [base + byte for byte in range(request.beat_bytes) if strobe >> byte & 1]
-            for lo, hi in self.write_error_ranges:
-                if any(lo <= address < hi for address in strobed):
-                    return RESP_SLVERR
-            if base + request.beat_bytes > self.size:
-                return RESP_DECERR
             raw = word.to_bytes(request.beat_bytes, "little")
             for byte in range(request.beat_bytes):
                 if strobe >> byte & 1:

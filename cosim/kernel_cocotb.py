@@ -76,6 +76,13 @@ async def run_plan(dut):
         memory = tb.memory.data
         stray = tb.memory.check_untouched(initial, layout.buffers())
         problems = []
+        if spec.write_error is not None and expect.error_value_range is not None:
+            # writes are combined into bursts: the error names an address inside the burst that failed
+            # (the one holding the faulty byte, the only write answered SLVERR)
+            if tb.memory.write_failures:
+                expect.error_value_range = tb.memory.write_failures[0]
+            else:
+                problems.append("the faulty byte was never written, no write failed")
         if outcome["hung"]:
             problems.append(f"no ap_done within {plan['watchdog_cycles']} cycles (watchdog)")
         else:
@@ -102,8 +109,9 @@ async def run_plan(dut):
             if ok and layout.self_bytes else "",
             "sums": memory[layout.sums:layout.sums + layout.sum_bytes].tobytes().hex()
             if ok and layout.sum_bytes else "",
-            "storage": tb.storage.stats(), "storage_transactions": tb.storage_port.transactions,
-            **outcome["storage_account"],  # this command's AXI reads on m_axi_storage (storage.ReadAccount)
+            "storage": tb.storage.stats(), "storage_transactions": tb.storage_transactions,
+            "storage_transactions_by_master": [port.transactions for port in tb.storage_ports],
+            **outcome["storage_account"],  # this command's AXI reads on every m_axi_storage* (storage.ReadAccount)
         })
         if problems:
             failures.append(f"command {number} (seed {spec.seed}, fanouts {spec.fanouts}, "

@@ -14,7 +14,9 @@ Comparison rules (docs/spec.md section 5):
 - AGGREGATE commands are compared like any other: on success the self rows and the sums are part
   of the whole-memory comparison.
 - Faults the golden model cannot reproduce (AXI error responses) have explicit expectations: the
-  status and the address range the error value must fall in.
+  status and the address range the error value must fall in. For a write error that range is set
+  after the run to the strobed bytes of the burst that was answered SLVERR (the kernel combines
+  fields into bursts; the error value must lie inside the failing write).
 """
 
 from __future__ import annotations

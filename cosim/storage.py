@@ -9,6 +9,10 @@ cost nothing to attach. Timing is computed per AXI transaction from the 4 KiB pa
   cache;
 - ``ideal`` memory answers after a fixed small latency (``ideal_latency_cycles``), the upper bound.
 
+``starved_cycles`` (in :meth:`StorageModel.stats`) adds up the time, after the first flash read, in
+which the IOPS ceiling would have let a page read start but the kernel had asked for none: the
+IOPS the kernel's pipeline leaves on the table.
+
 Defaults are the Samsung PM983 3.84 TB (the SmartSSD's SSD): 85 us, 540 K IOPS, 3.2 GB/s.
 
 Besides timing, the model accounts what the kernel asked of its storage, per command
@@ -143,6 +147,7 @@ class StorageModel:
         self.flash_pages = 0
         self.cache_hits = 0
         self.bytes_read = 0
+        self.starved_cycles = 0.0
         self.first_flash_cycle: float | None = None
         self.last_flash_cycle = 0.0
         #: What the kernel issued since :meth:`begin_command` (all of it, when never called).
@@ -199,6 +204,8 @@ class StorageModel:
                 ready = max(ready, now + t.dram_latency_ns * self.cycles_per_us / 1000)
                 continue
             issue = max(now, self._next_issue)
+            if self.flash_pages:  # the flash could have started a read earlier: none was asked for
+                self.starved_cycles += max(0.0, now - self._next_issue)
             self._next_issue = issue + self.cycles_per_us * 1e6 / t.iops
             done = issue + t.page_latency_us * self.cycles_per_us
             transfer = PAGE_BYTES / (t.bandwidth_gbs * 1e3) * self.cycles_per_us  # cycles to move a page
@@ -216,4 +223,5 @@ class StorageModel:
 
     def stats(self) -> dict:
         return {"flash_pages": self.flash_pages, "cache_hits": self.cache_hits, "bytes_read": self.bytes_read,
-                "first_flash_cycle": self.first_flash_cycle, "last_flash_cycle": self.last_flash_cycle}
+                "first_flash_cycle": self.first_flash_cycle, "last_flash_cycle": self.last_flash_cycle,
+                "starved_cycles": self.starved_cycles}

@@ -14,6 +14,7 @@ from cocotb.triggers import First, RisingEdge, Timer
 from cocotbext.axi import AxiLiteBus, AxiLiteMaster
 
 from smartsage.rtl.control import ARGUMENTS, register_offset
+from smartsage.rtl.kernel import lane_master_name
 from smartsage.spec.config import KernelConfig
 
 from .axi_responder import AxiReadResponder, AxiWriteResponder, Backpressure
@@ -59,9 +60,14 @@ class KernelTB:
         self.control = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axi_control_"), dut.clk, dut.rst)
         self.storage = StorageModel(image_path, timing, config.clock_mhz, base=image_base)
         self.memory = DeviceMemory(64)
-        self.storage_port = AxiReadResponder(dut, "m_axi_storage", dut.clk, self.period_ps, self.storage.read,
-                                             self.storage.ready_cycle, backpressure, salt=1,
-                                             accepted=self.storage.accept)
+        # one read master per lane, all served by the one storage model (one IOPS ceiling, one cache,
+        # one read account)
+        self.storage_ports = [
+            AxiReadResponder(dut, lane_master_name(lane), dut.clk, self.period_ps, self.storage.read,
+                             self.storage.ready_cycle, backpressure, salt=1 if lane == 0 else 10 + lane,
+                             accepted=self.storage.accept)
+            for lane in range(config.lanes)]
+        self.storage_port = self.storage_ports[0]
         self.memory_read_port = AxiReadResponder(
             dut, "m_axi_mem", dut.clk, self.period_ps, lambda r: self.memory.read(r),
             lambda r: r.cycle + DEVICE_MEMORY_LATENCY, backpressure, salt=2)
@@ -70,6 +76,11 @@ class KernelTB:
 
     def cycle(self) -> int:
         return self.storage_port.cycle()
+
+    @property
+    def storage_transactions(self) -> int:
+        """Storage read transactions served, all lanes' masters together."""
+        return sum(port.transactions for port in self.storage_ports)
 
     async def reset(self) -> None:
         self.dut.rst.value = 1
@@ -89,6 +100,7 @@ class KernelTB:
     def load_memory(self, initial: np.ndarray) -> None:
         self.memory.data = initial.copy()
         self.memory.writes.clear()
+        self.memory.write_failures.clear()
 
     async def run_command(self, descriptor_addr: int, watchdog_cycles: int, image_offset: int = 0) -> dict:
         """Start one command and wait for ap_done (interrupt); returns timing, whether it hung and the

@@ -26,13 +26,13 @@ import time
 from amaranth.back import verilog
 from amaranth.hdl import Cat, ClockDomain, Module, Signal
 
-from smartsage.rtl.kernel_xml import VITIS_TOP_NAME, VitisKernel, kernel_xml, vitis_verilog
+from smartsage.rtl.kernel_xml import VITIS_TOP_NAME, VitisKernel, kernel_xml, vitis_port_names, vitis_verilog
 from smartsage.spec.config import KernelConfig, get_config
 
 __all__ = [
     "KU15P", "ECP5_PROXY_MHZ", "LINT_WAIVERS", "ToolMissing", "SynthError", "LintReport", "Resources",
     "TimingReport", "timing_harness", "export", "lint", "synth_xilinx", "timing_ecp5", "run_synth",
-    "resource_table_markdown", "tool_missing",
+    "resource_table_markdown", "masters_table_markdown", "tool_missing",
 ]
 
 #: Xilinx Kintex UltraScale+ XCKU15P (the SmartSSD's FPGA): DS890 (UltraScale Architecture and Product
@@ -357,6 +357,17 @@ def resource_table_markdown(results: list[Resources]) -> str:
     return "\n".join(lines)
 
 
+def masters_table_markdown(configs: list[str] | tuple[str, ...]) -> str:
+    """Lanes and AXI4 masters of every configuration (one storage read master per lane)."""
+    lines = ["| config | lanes | AXI4 masters (Vitis names) |", "|---|---:|---|"]
+    for name in configs:
+        config = get_config(name)
+        masters = sorted({port.rsplit("_", 1)[0] for port in vitis_port_names(config)
+                          if port.startswith("m_axi_") and port.endswith(("_araddr", "_awaddr"))})
+        lines.append(f"| {name} | {config.lanes} | " + ", ".join(f"`{m}`" for m in masters) + " |")
+    return "\n".join(lines)
+
+
 def run_synth(out_dir: str | os.PathLike, configs: list[str] | tuple[str, ...] = ("small", "default"),
               timing_configs: list[str] | tuple[str, ...] = ("small",)) -> dict:
     """Export, lint and synthesize every configuration, and run the ECP5 timing proxy on
@@ -378,6 +389,8 @@ def report_markdown(results: dict) -> str:
     """The tables docs/synthesis.md quotes: resources, timing proxy, lint."""
     parts = ["## Resources (yosys synth_xilinx -family xcup -noiopad, out of context) vs XCKU15P", "",
              resource_table_markdown(results["resources"]), ""]
+    if results["lint"]:
+        parts += ["## Lanes and AXI4 masters", "", masters_table_markdown(list(results["lint"])), ""]
     if results["timing"]:
         parts += ["## Timing proxy (yosys synth_ecp5 + nextpnr-ecp5 --85k)", "",
                   "| config | Fmax (MHz) | target | critical path from | to | through | logic levels | delay (ns) "

@@ -51,15 +51,21 @@ from smartsage.spec.descriptor import (
 from .axi import AxiLiteSignature, AxiReadSignature, AxiSignature
 from .control import CONTROL_ADDRESS_WIDTH, ControlRegisters
 from .feature_aggregator import FeatureAggregator
-from .field_writer import FieldWriter
 from .position_sampler import PositionSampler
 from .read_stream import ReadStream, StreamWord
 from .rng import mix32
+from .write_combiner import WriteCombiner
 
-__all__ = ["SamplerKernel", "IMAGE_WORDS", "SUPPORTED_FLAGS", "LANES_BUILT"]
+__all__ = ["SamplerKernel", "IMAGE_WORDS", "SUPPORTED_FLAGS", "MAX_LANES", "lane_master_name"]
 
-#: Samplers this microarchitecture instantiates, whatever KernelConfig.lanes says (see docs/rtl.md).
-LANES_BUILT = 1
+#: Edge-streamer lanes this microarchitecture builds at most (ports of the write combiner, masters).
+MAX_LANES = 16
+
+
+def lane_master_name(lane: int) -> str:
+    """The storage read master of a lane: ``m_axi_storage`` (lane 0, shared with the sequencer's
+    header and indptr reads and the aggregator), ``m_axi_storage1``, ... for the others."""
+    return "m_axi_storage" if lane == 0 else f"m_axi_storage{lane}"
 
 #: Descriptor flags this build executes: AGGREGATE (docs/spec.md section 4, the feature aggregator).
 SUPPORTED_FLAGS = int(Flags.AGGREGATE)
@@ -94,32 +100,41 @@ IMAGE_WORDS = _image_words()
 
 
 class SamplerKernel(wiring.Component):
-    """The neighbor-sampling kernel (one pipelined lane), a Vitis ``ap_ctrl_hs`` RTL kernel.
+    """The neighbor-sampling kernel, ``config.lanes`` edge-streamer lanes, a Vitis ``ap_ctrl_hs`` RTL kernel.
 
     Parameters
     ----------
     config : KernelConfig
-        Data width, max_fanout, max_hops and outstanding_reads of this build (``lanes`` and
-        ``fifo_depth`` are not used by this microarchitecture yet).
+        Data width, lanes, max_fanout, max_hops and outstanding_reads of this build (``fifo_depth``
+        is not used by this microarchitecture).
 
     Members
     -------
     s_axi_control : ``In(AxiLiteSignature(6))``
     m_axi_storage : ``Out(AxiReadSignature(config.data_width))``
+        Storage reads of lane 0, the image header, indptr and the aggregator.
+    m_axi_storage1 .. m_axi_storage{lanes - 1} : ``Out(AxiReadSignature(config.data_width))``
+        Storage (index) reads of lanes 1.. (one read channel per lane).
     m_axi_mem : ``Out(AxiSignature(config.data_width))``
     interrupt : ``Out(1)``
+
+    Raises
+    ------
+    ValueError
+        ``config.lanes`` above :data:`MAX_LANES`.
     """
 
     def __init__(self, config: KernelConfig):
         if not isinstance(config, KernelConfig):
             raise TypeError(f"Config must be a KernelConfig, not {config!r}")
+        if config.lanes > MAX_LANES:
+            raise ValueError(f"Lanes must be at most {MAX_LANES} for this kernel, not {config.lanes!r}")
         self._config = config
-        super().__init__({
-            "s_axi_control": In(AxiLiteSignature(CONTROL_ADDRESS_WIDTH)),
-            "m_axi_storage": Out(AxiReadSignature(config.data_width)),
-            "m_axi_mem": Out(AxiSignature(config.data_width)),
-            "interrupt": Out(1),
-        })
+        members = {"s_axi_control": In(AxiLiteSignature(CONTROL_ADDRESS_WIDTH))}
+        for lane in range(config.lanes):
+            members[lane_master_name(lane)] = Out(AxiReadSignature(config.data_width))
+        members.update({"m_axi_mem": Out(AxiSignature(config.data_width)), "interrupt": Out(1)})
+        super().__init__(members)
 
     @property
     def config(self) -> KernelConfig:
@@ -133,14 +148,31 @@ class SamplerKernel(wiring.Component):
         m.submodules.control = control = ControlRegisters()
         m.submodules.storage_reader = storage = ReadStream(cfg.data_width, cfg.outstanding_reads)
         m.submodules.mem_reader = mem = ReadStream(cfg.data_width, cfg.outstanding_reads)
-        m.submodules.mem_writer = writer = FieldWriter(cfg.data_width, cfg.outstanding_reads)
-        # A command that ends early (an error mid-sample) can leave positions in the sampler: it is
-        # reset when the next command starts.
-        # Two samplers take jobs in turn, so one's pipeline fills while the other's positions stream.
-        samplers = [PositionSampler(cfg.max_fanout) for _ in range(2)]
+        lanes = cfg.lanes
+        # Sampling writes (node-list appends of lane i on port i; counts and the result header on the
+        # last port) are combined into strobed full-beat bursts (the aggregator has its own writer).
+        m.submodules.mem_combiner = combiner = WriteCombiner(cfg.data_width, cfg.outstanding_reads,
+                                                             ports=lanes + 1)
+        fields_out = combiner.fields[lanes]
+        # A command that ends early (an error mid-sample) can leave positions in the samplers: they
+        # are reset when the next command starts.
+        # Per lane, two samplers take jobs in turn, so one's pipeline fills while the other's
+        # positions stream.
         sampler_reset = Signal()
-        for number, sampler in enumerate(samplers):
-            m.submodules[f"positions{number}"] = ResetInserter(sampler_reset)(sampler)
+        lane_samplers = []
+        for lane in range(lanes):
+            pair = [PositionSampler(cfg.max_fanout) for _ in range(2)]
+            for number, sampler in enumerate(pair):
+                m.submodules[f"positions{lane}_{number}" if lane else f"positions{number}"] = \
+                    ResetInserter(sampler_reset)(sampler)
+            lane_samplers.append(pair)
+        # lanes 1.. read storage through a master of their own
+        lane_readers = [storage]
+        for lane in range(1, lanes):
+            reader = ReadStream(cfg.data_width, cfg.outstanding_reads)
+            m.submodules[f"storage_reader{lane}"] = reader
+            wiring.connect(m, wiring.flipped(getattr(self, lane_master_name(lane))), reader.bus)
+            lane_readers.append(reader)
 
         wiring.connect(m, wiring.flipped(self.s_axi_control), control.s_axi_control)
         wiring.connect(m, wiring.flipped(self.m_axi_storage), storage.bus)
@@ -148,17 +180,28 @@ class SamplerKernel(wiring.Component):
         # The storage reader is shared by the sequencer (A: header and indptr reads) and the edge
         # streamer (B: index reads). A has priority; a FIFO of requester tags (reads return in order)
         # routes each answer back to its requester.
+        # Requests carry a tag that comes back with the answer: A's ``pair`` (indptr[v] and indptr[v+1]
+        # both from this beat), B's ``ids`` (how many consecutive ids of this beat, from the address on).
+        ids_per_beat = data_bytes // 4
+        tag_layout = data.StructLayout({"a": 1, "pair": 1, "ids": range(ids_per_beat + 1)})
+
         def requester(name):
             return SimpleNamespace(
                 request=SimpleNamespace(valid=Signal(name=f"{name}_req_valid"),
                                         payload=Signal(64, name=f"{name}_req_address"),
+                                        pair=Signal(name=f"{name}_req_pair"),
+                                        ids=Signal(range(ids_per_beat + 1), name=f"{name}_req_ids"),
                                         ready=Signal(name=f"{name}_req_ready")),
                 response=SimpleNamespace(valid=Signal(name=f"{name}_resp_valid"),
                                          payload=Signal(StreamWord, name=f"{name}_resp"),
+                                         beat=storage.beat,
+                                         tag=Signal(tag_layout, name=f"{name}_resp_tag"),
                                          ready=Signal(name=f"{name}_resp_ready")))
 
         port_a, port_b = requester("storage_a"), requester("storage_b")
-        m.submodules.storage_tags = tags = SyncFIFO(width=1, depth=cfg.outstanding_reads)
+        m.submodules.storage_tags = tags = SyncFIFO(width=tag_layout.size, depth=cfg.outstanding_reads)
+        tag_in = Signal(tag_layout)
+        tag_out = tag_layout(tags.r_data)
         drain_storage = Signal()
         # a request presented and not yet taken keeps the grant (AXI: ARADDR holds while ARVALID)
         held, held_a, select_a = Signal(), Signal(), Signal()
@@ -169,35 +212,39 @@ class SamplerKernel(wiring.Component):
             storage.request.payload.eq(Mux(select_a, port_a.request.payload, port_b.request.payload)),
             port_a.request.ready.eq(storage.request.ready & tags.w_rdy & select_a),
             port_b.request.ready.eq(storage.request.ready & tags.w_rdy & ~select_a),
-            tags.w_data.eq(select_a),
+            tag_in.a.eq(select_a), tag_in.pair.eq(select_a & port_a.request.pair),
+            tag_in.ids.eq(Mux(select_a, 0, port_b.request.ids)),
+            tags.w_data.eq(tag_in),
             tags.w_en.eq(storage.request.valid & storage.request.ready),
             port_a.response.payload.eq(storage.response.payload),
             port_b.response.payload.eq(storage.response.payload),
-            port_a.response.valid.eq(storage.response.valid & tags.r_rdy & tags.r_data),
-            port_b.response.valid.eq(storage.response.valid & tags.r_rdy & ~tags.r_data),
-            storage.response.ready.eq(tags.r_rdy & (drain_storage | Mux(tags.r_data, port_a.response.ready,
+            port_a.response.tag.eq(tag_out), port_b.response.tag.eq(tag_out),
+            port_a.response.valid.eq(storage.response.valid & tags.r_rdy & tag_out.a),
+            port_b.response.valid.eq(storage.response.valid & tags.r_rdy & ~tag_out.a),
+            storage.response.ready.eq(tags.r_rdy & (drain_storage | Mux(tag_out.a, port_a.response.ready,
                                                                          port_b.response.ready))),
             tags.r_en.eq(storage.response.valid & storage.response.ready),
         ]
-        for port in (mem.bus, writer.bus):
-            for name, member in port.signature.members.items():
-                ours = getattr(self.m_axi_mem, name)
-                theirs = getattr(port, name)
-                if member.flow == Out:
-                    m.d.comb += ours.eq(theirs)
-                else:
-                    m.d.comb += theirs.eq(ours)
+        for name, member in mem.bus.signature.members.items():
+            ours, theirs = getattr(self.m_axi_mem, name), getattr(mem.bus, name)
+            m.d.comb += ours.eq(theirs) if member.flow == Out else theirs.eq(ours)
+        for name, member in combiner.bus.signature.members.items():
+            ours, theirs = getattr(self.m_axi_mem, name), getattr(combiner.bus, name)
+            m.d.comb += ours.eq(theirs) if member.flow == Out else theirs.eq(ours)
         m.d.comb += self.interrupt.eq(control.interrupt)
 
         # ---- command state
         image_base = Signal(64)
         descriptor_base = Signal(64)
         desc_words = Array(Signal(64, name=f"desc_word{i}") for i in range(DESCRIPTOR_SIZE // 8))
-        desc_index = Signal(range(DESCRIPTOR_SIZE // 8))
         image_names = list(IMAGE_WORDS)
         image_offsets = Array(Const(IMAGE_WORDS[n], 64) for n in image_names)
         image_words = Array(Signal(64, name=f"image_{n}") for n in image_names)
-        image_index = Signal(range(len(image_names)))
+        # reads asked for and answers taken while fetching the descriptor and the header words
+        desc_counters = (Signal(range(len(desc_words) + 1), name="descriptor_asked"),
+                         Signal(range(len(desc_words) + 1), name="descriptor_answered"))
+        image_counters = (Signal(range(len(image_names) + 1), name="image_asked"),
+                          Signal(range(len(image_names) + 1), name="image_answered"))
 
         def desc(name):
             offset, size = _field(DESCRIPTOR_FIELDS, name)
@@ -255,7 +302,6 @@ class SamplerKernel(wiring.Component):
         frontier_size = Signal(64)
         counts_base = Signal(64)
         written = Signal(64)
-        issued = Signal(range(cfg.max_fanout + 1))
         prefetching = Signal()
         prefetch_index = Signal(64)
         fanout = Signal(16)
@@ -269,8 +315,11 @@ class SamplerKernel(wiring.Component):
         busy = Signal()
         with m.If(busy):
             m.d.sync += cycles.eq(cycles + 1)
-        with m.If(self.m_axi_storage.arvalid & self.m_axi_storage.arready):
-            m.d.sync += storage_bytes.eq(storage_bytes + (self.m_axi_storage.arlen + 1) * data_bytes)
+        storage_beats = []
+        for lane in range(lanes):
+            master = getattr(self, lane_master_name(lane))
+            storage_beats.append(Mux(master.arvalid & master.arready, master.arlen + 1, 0))
+        m.d.sync += storage_bytes.eq(storage_bytes + sum(storage_beats) * data_bytes)
 
         def id_of(word, address):
             return Mux(wide_ids, word, Mux(address[2], word[32:], word[:32]))
@@ -286,38 +335,44 @@ class SamplerKernel(wiring.Component):
                 m.d.sync += prefetching.eq(0)
                 m.next = "FINISH"
 
-        def read_state(name, reader, address, capture, then):
-            """Two states: issue a read of the word at ``address``, then take its response."""
-            pending = Signal(64, name=f"{name.lower()}_address")
+        def read_words(name, reader, words, counters, address_of, capture, then):
+            """One state: the reads of ``words`` words go out back to back (``address_of(i)``) while
+            their answers are taken in order (``capture(i, word)``); then ``then()``. One round trip
+            in all, not one per word (a storage page latency each, under the SSD model)."""
+            asked, answered = counters
             with m.State(name):
-                m.d.comb += [reader.request.valid.eq(1), reader.request.payload.eq(address)]
-                with m.If(reader.request.ready):
-                    m.d.sync += pending.eq(address)
-                    m.next = name + "_WAIT"
-            with m.State(name + "_WAIT"):
+                with m.If(asked != words):
+                    m.d.comb += [reader.request.valid.eq(1), reader.request.payload.eq(address_of(asked))]
+                    with m.If(reader.request.ready):
+                        m.d.sync += asked.eq(asked + 1)
                 m.d.comb += reader.response.ready.eq(1)
                 with m.If(reader.response.valid):
                     with m.If(reader.response.payload.error):
-                        fail(Status.STORAGE_ERROR, value=pending)
+                        fail(Status.STORAGE_ERROR, value=reader.response.payload.address)
                     with m.Else():
-                        capture(reader.response.payload.data, pending)
-                        then()
+                        capture(answered, reader.response.payload.data)
+                        m.d.sync += answered.eq(answered + 1)
+                        with m.If(answered == words - 1):
+                            m.d.sync += [asked.eq(0), answered.eq(0)]
+                            then()
 
         def write_state(name, address, value, wide, then):
-            """One state: hand a u32/u64 field to the pipelined writer (responses are checked at
+            """One state: hand a u32/u64 field to the write combiner (responses are checked at
             drain points: every hop boundary and the end of the command)."""
             with m.State(name):
-                m.d.comb += [writer.request.valid.eq(1), writer.request.payload.address.eq(address),
-                             writer.request.payload.data.eq(value), writer.request.payload.wide.eq(wide)]
-                with m.If(writer.request.ready):
+                m.d.comb += [fields_out.valid.eq(1), fields_out.payload.address.eq(address),
+                             fields_out.payload.data.eq(value), fields_out.payload.wide.eq(wide)]
+                with m.If(fields_out.ready):
                     then()
 
         def drain_state(name, then):
-            """Wait until every write was answered; a write error ends the command (OUTPUT_ERROR)."""
+            """Flush the combined writes and wait until every one was answered; a write error ends
+            the command (OUTPUT_ERROR)."""
             with m.State(name):
-                with m.If(writer.idle):
-                    with m.If(writer.error & (status == Status.OK)):
-                        fail(Status.OUTPUT_ERROR, value=writer.error_address)
+                m.d.comb += combiner.flush.eq(1)
+                with m.If(combiner.idle):
+                    with m.If(combiner.error & (status == Status.OK)):
+                        fail(Status.OUTPUT_ERROR, value=combiner.error_address)
                     with m.Else():
                         then()
 
@@ -328,10 +383,24 @@ class SamplerKernel(wiring.Component):
             "key": 32, "degree": 32, "count": range(cfg.max_fanout + 1), "edge_start": 64,
             "entry": 64, "base": 64})
         job_reset = Signal()
-        jobs = SyncFIFO(width=job_layout.size, depth=4)
-        m.submodules.jobs = ResetInserter(job_reset)(jobs)
+        lane_jobs = []
         job_in = Signal(job_layout)
-        m.d.comb += jobs.w_data.eq(job_in)
+        for lane in range(lanes):
+            jobs = SyncFIFO(width=job_layout.size, depth=4)
+            m.submodules[f"jobs{lane}" if lane else "jobs"] = ResetInserter(job_reset)(jobs)
+            m.d.comb += jobs.w_data.eq(job_in)
+            lane_jobs.append(jobs)
+        jobs_waiting = Cat(*(jobs.r_rdy for jobs in lane_jobs)).any()
+        # the sequencer hands each job to a lane with room, the lanes in turn
+        last_lane = Signal(range(max(lanes, 2)))
+        next_lane = Signal(range(max(lanes, 2)))
+        lane_free = Signal()
+        with m.Switch(last_lane):
+            for last in range(lanes):
+                with m.Case(last):
+                    for n, lane in enumerate((last + offset) % lanes for offset in range(1, lanes + 1)):
+                        with (m.If if n == 0 else m.Elif)(lane_jobs[lane].w_rdy):
+                            m.d.comb += [next_lane.eq(lane), lane_free.eq(1)]
         back_idle = Signal()
         back_error = Signal()
         finishing = Signal()  # the command ends: the streamer abandons its job
@@ -359,7 +428,6 @@ class SamplerKernel(wiring.Component):
         pairs_reserved = Signal(range(ahead + 1))
         prefetch_node = Signal(64)
         prefetch_scratch = Signal(32)
-        prefetch_key = Signal(32)
         ahead_in = Signal(node_ahead_layout)
         m.d.comb += nodes_ahead.w_data.eq(ahead_in)
         arriving = mem.response.payload
@@ -371,47 +439,67 @@ class SamplerKernel(wiring.Component):
         m.d.sync += pairs_reserved.eq(pairs_reserved + reserve - release)
         with m.If(job_reset):
             m.d.sync += pairs_reserved.eq(0)
-        with m.FSM(name="prefetcher"):
-            with m.State("P_IDLE"):
-                room = nodes_ahead.w_rdy & (pairs_reserved + 1 <= ahead)
-                with m.If(prefetching & room):
-                    m.d.comb += mem.response.ready.eq(1)
-                    with m.If(mem.response.valid & in_range):
-                        m.d.comb += reserve.eq(1)
-                        m.d.sync += [prefetch_node.eq(arriving_id),
-                                     prefetch_scratch.eq(mix32(hop_key ^ arriving_id[:32]))]
-                        m.next = "P_START"
-                    with m.Elif(mem.response.valid):  # out of range or a read error: no indptr reads
-                        m.d.comb += [ahead_in.node.eq(arriving_id), ahead_in.error.eq(arriving.error),
-                                     ahead_in.address.eq(arriving.address), nodes_ahead.w_en.eq(1)]
-            with m.State("P_START"):
-                m.d.comb += [port_a.request.valid.eq(1), port_a.request.payload.eq(indptr_base + prefetch_node * 8)]
-                m.d.sync += prefetch_key.eq(mix32(prefetch_scratch ^ prefetch_node[32:] ^ spec_rng.NODE_SALT))
-                with m.If(port_a.request.ready):
-                    m.next = "P_END"
-                with m.If(finishing):
-                    m.next = "P_IDLE"
-            with m.State("P_END"):
-                m.d.comb += [port_a.request.valid.eq(1),
-                             port_a.request.payload.eq(indptr_base + prefetch_node * 8 + 8),
-                             ahead_in.node.eq(prefetch_node), ahead_in.key.eq(prefetch_key),
-                             ahead_in.in_range.eq(1)]
-                with m.If(port_a.request.ready):
-                    m.d.comb += nodes_ahead.w_en.eq(1)
-                with m.If(port_a.request.ready | finishing):
-                    m.next = "P_IDLE"
-        # indptr answers pair up (start, end) into the reserved FIFO space
+        # A two-stage pipeline, one node per cycle: stage 0 takes a frontier id (and reserves its
+        # indptr pair's place), stage 1 finishes its key and issues its indptr read(s), then queues
+        # it; ids out of range or read in error pass through stage 1 without reads (frontier order).
+        s1_valid, s1_in_range, s1_error, s1_second = Signal(), Signal(), Signal(), Signal()
+        s1_address = Signal(64)
+        start_address = indptr_base + prefetch_node * 8
+        # indptr[v + 1] in the same beat (not for 64-bit beats): one read brings both
+        same_beat = (start_address[3:(data_bytes.bit_length() - 1)] != ids_per_beat // 2 - 1
+                     if data_bytes > 8 else 0)
+        s1_done = Signal()
+        m.d.comb += [ahead_in.node.eq(prefetch_node), ahead_in.in_range.eq(s1_in_range),
+                     ahead_in.error.eq(s1_error), ahead_in.address.eq(s1_address),
+                     ahead_in.key.eq(mix32(prefetch_scratch ^ prefetch_node[32:] ^ spec_rng.NODE_SALT))]
+        with m.If(s1_valid & ~s1_in_range):
+            m.d.comb += [nodes_ahead.w_en.eq(nodes_ahead.w_rdy), s1_done.eq(nodes_ahead.w_rdy)]
+        with m.Elif(s1_valid & ~s1_second):
+            m.d.comb += [port_a.request.valid.eq(nodes_ahead.w_rdy | ~same_beat),
+                         port_a.request.payload.eq(start_address), port_a.request.pair.eq(same_beat)]
+            with m.If(port_a.request.valid & port_a.request.ready):
+                with m.If(same_beat):
+                    m.d.comb += [nodes_ahead.w_en.eq(1), s1_done.eq(1)]
+                with m.Else():
+                    m.d.sync += s1_second.eq(1)
+        with m.Elif(s1_valid):
+            m.d.comb += [port_a.request.valid.eq(nodes_ahead.w_rdy), port_a.request.payload.eq(start_address + 8)]
+            with m.If(port_a.request.valid & port_a.request.ready):
+                m.d.comb += [nodes_ahead.w_en.eq(1), s1_done.eq(1)]
+        with m.If(s1_done):
+            m.d.sync += [s1_valid.eq(0), s1_second.eq(0)]
+        room = (pairs_reserved + 1 <= ahead) & (~s1_valid | s1_done)
+        with m.If(prefetching & room):
+            m.d.comb += mem.response.ready.eq(1)
+            with m.If(mem.response.valid):
+                m.d.comb += reserve.eq(in_range)
+                m.d.sync += [s1_valid.eq(1), s1_second.eq(0), s1_in_range.eq(in_range),
+                             s1_error.eq(arriving.error), s1_address.eq(arriving.address),
+                             prefetch_node.eq(arriving_id),
+                             prefetch_scratch.eq(mix32(hop_key ^ arriving_id[:32]))]
+        with m.If(job_reset | finishing):
+            m.d.sync += [s1_valid.eq(0), s1_second.eq(0)]
+        # indptr answers pair up (start, end) into the reserved FIFO space: both from one beat, or
+        # from two answers
         first_half = Signal(StreamWord)
         have_half = Signal()
         pair_in = Signal(pair_layout)
-        m.d.comb += [indptr_pairs.w_data.eq(pair_in), pair_in.start.eq(first_half.data),
-                     pair_in.end.eq(port_a.response.payload.data),
-                     pair_in.error.eq(first_half.error | port_a.response.payload.error),
-                     pair_in.address.eq(Mux(first_half.error, first_half.address,
-                                            port_a.response.payload.address))]
+        answer = port_a.response.payload
+        if data_bytes > 8:
+            next_word = port_a.response.beat.word_select(answer.address[3:data_bytes.bit_length() - 1] + 1, 64)
+        else:
+            next_word = answer.data
+        whole = port_a.response.tag.pair
+        m.d.comb += [indptr_pairs.w_data.eq(pair_in),
+                     pair_in.start.eq(Mux(whole, answer.data, first_half.data)),
+                     pair_in.end.eq(Mux(whole, next_word, answer.data)),
+                     pair_in.error.eq(Mux(whole, answer.error, first_half.error | answer.error)),
+                     pair_in.address.eq(Mux(~whole & first_half.error, first_half.address, answer.address))]
         with m.If(prefetching):
             m.d.comb += port_a.response.ready.eq(1)
-            with m.If(port_a.response.valid):
+            with m.If(port_a.response.valid & whole):
+                m.d.comb += indptr_pairs.w_en.eq(1)
+            with m.Elif(port_a.response.valid):
                 m.d.sync += have_half.eq(~have_half)
                 with m.If(have_half):
                     m.d.comb += indptr_pairs.w_en.eq(1)
@@ -440,46 +528,39 @@ class SamplerKernel(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += control.idle.eq(1)
                 with m.If(control.start):
-                    m.d.comb += [control.ready.eq(1), sampler_reset.eq(1), writer.clear.eq(1), job_reset.eq(1)]
+                    m.d.comb += [control.ready.eq(1), sampler_reset.eq(1), combiner.clear.eq(1),
+                                 job_reset.eq(1)]
                     m.d.sync += [
                         image_base.eq(control.image), descriptor_base.eq(control.descriptor),
-                        desc_index.eq(0), image_index.eq(0), status.eq(Status.OK), error_hop.eq(0),
+                        *(counter.eq(0) for counter in desc_counters + image_counters),
+                        status.eq(Status.OK), error_hop.eq(0),
                         error_index.eq(0), error_value.eq(0), result_valid.eq(0), cycles.eq(1),
                         storage_bytes.eq(0), busy.eq(1), written.eq(0), counts_base.eq(0),
                     ]
                     m.next = "DESCRIPTOR"
 
             # ---- fetch the descriptor (device memory), then the image header words (storage)
-            def desc_capture(word, _address):
-                with m.Switch(desc_index):
-                    for i in range(len(desc_words)):
-                        with m.Case(i):
-                            m.d.sync += desc_words[i].eq(word)
+            def capture_into(registers):
+                def capture(index, word):
+                    with m.Switch(index):
+                        for i in range(len(registers)):
+                            with m.Case(i):
+                                m.d.sync += registers[i].eq(word)
+                return capture
 
             def desc_next():
-                m.d.sync += desc_index.eq(desc_index + 1)
-                with m.If(desc_index == len(desc_words) - 1):
-                    m.d.sync += result_valid.eq(1)
-                    m.next = "IMAGE"
-                with m.Else():
-                    m.next = "DESCRIPTOR"
+                m.d.sync += result_valid.eq(1)
+                m.next = "IMAGE"
 
-            read_state("DESCRIPTOR", mem, descriptor_base + desc_index * 8, desc_capture, desc_next)
-
-            def image_capture(word, _address):
-                with m.Switch(image_index):
-                    for i in range(len(image_names)):
-                        with m.Case(i):
-                            m.d.sync += image_words[i].eq(word)
+            read_words("DESCRIPTOR", mem, len(desc_words), desc_counters, lambda i: descriptor_base + i * 8,
+                                       capture_into(desc_words), desc_next)
 
             def image_next():
-                m.d.sync += image_index.eq(image_index + 1)
-                with m.If(image_index == len(image_names) - 1):
-                    m.next = "CHECK"
-                with m.Else():
-                    m.next = "IMAGE"
+                m.next = "CHECK"
 
-            read_state("IMAGE", port_a, image_base + image_offsets[image_index], image_capture, image_next)
+            read_words("IMAGE", port_a, len(image_names), image_counters,
+                                        lambda i: image_base + image_offsets[i], capture_into(image_words),
+                                        image_next)
 
             # ---- section 5 checks 1-2, first failure wins
             with m.State("CHECK"):
@@ -535,7 +616,7 @@ class SamplerKernel(wiring.Component):
                                  prefetching.eq(1), prefetch_index.eq(0)]
                     m.next = "FRONTIER"
             with m.State("HOP_WAIT"):  # the edge streamer finishes the hop's last jobs
-                with m.If(back_idle & ~jobs.r_rdy):
+                with m.If(back_idle & ~jobs_waiting):
                     m.next = "HOP_DRAIN"
                 abort_on_back_error()
 
@@ -576,9 +657,24 @@ class SamplerKernel(wiring.Component):
                         with m.Elif(written + count > nodes_capacity):
                             fail(Status.NODES_CAPACITY, hop_value=hop, index_value=frontier_index,
                                  value=written + count)
-                        with m.Elif(jobs.w_rdy):
-                            m.d.comb += [jobs.w_en.eq(1), nodes_ahead.r_en.eq(1), indptr_pairs.r_en.eq(1)]
-                            m.d.sync += [written.eq(written + count), frontier_index.eq(frontier_index + 1)]
+                        with m.Else():
+                            # the node's count is known now: written at once, in frontier order; only
+                            # nodes with edges become jobs
+                            dispatchable = lane_free | (count == 0)
+                            m.d.comb += [
+                                fields_out.valid.eq(dispatchable),
+                                fields_out.payload.address.eq(counts_ptr + (counts_base + frontier_index) * 4),
+                                fields_out.payload.data.eq(count), fields_out.payload.wide.eq(0),
+                            ]
+                            with m.If(dispatchable & fields_out.ready):
+                                with m.If(count != 0):
+                                    with m.Switch(next_lane):
+                                        for lane in range(lanes):
+                                            with m.Case(lane):
+                                                m.d.comb += lane_jobs[lane].w_en.eq(1)
+                                    m.d.sync += last_lane.eq(next_lane)
+                                m.d.comb += [nodes_ahead.r_en.eq(1), indptr_pairs.r_en.eq(1)]
+                                m.d.sync += [written.eq(written + count), frontier_index.eq(frontier_index + 1)]
                 abort_on_back_error()
 
             # ---- AGGREGATE (section 5 step 5, then section 4): room for the self rows and the sums
@@ -607,11 +703,13 @@ class SamplerKernel(wiring.Component):
             with m.State("FINISH"):
                 # reads still in flight (an error mid-hop) are taken and dropped; every output write
                 # is answered before the result header
-                m.d.comb += [mem.response.ready.eq(1), drain_storage.eq(1), finishing.eq(1), job_reset.eq(1)]
-                with m.If(writer.idle & mem.idle & storage.idle & back_idle):
-                    with m.If(writer.error & (status == Status.OK)):
+                m.d.comb += [mem.response.ready.eq(1), drain_storage.eq(1), finishing.eq(1), job_reset.eq(1),
+                             combiner.flush.eq(1)]
+                readers_idle = Cat(*(reader.idle for reader in lane_readers)).all()
+                with m.If(combiner.idle & mem.idle & readers_idle & back_idle):
+                    with m.If(combiner.error & (status == Status.OK)):
                         m.d.sync += [status.eq(Status.OUTPUT_ERROR), error_hop.eq(0), error_index.eq(0),
-                                     error_value.eq(writer.error_address)]
+                                     error_value.eq(combiner.error_address)]
                     m.d.sync += [final_cycles.eq(cycles), result_index.eq(0)]
                     with m.If(result_valid & (result_ptr[:BUFFER_ALIGN.bit_length() - 1] == 0)):
                         m.next = "RESULT"
@@ -639,132 +737,196 @@ class SamplerKernel(wiring.Component):
 
             write_state("RESULT", result_ptr + result_index * 8, words[result_index], 1, result_next)
             with m.State("RESULT_DRAIN"):  # ap_done only once the header has landed
-                with m.If(writer.idle):
+                m.d.comb += combiner.flush.eq(1)
+                with m.If(combiner.idle):
                     m.next = "DONE"
             with m.State("DONE"):
                 m.d.comb += control.done.eq(1)
                 m.d.sync += busy.eq(0)
                 m.next = "IDLE"
 
-        # ---- the edge streamer, in two halves joined by a FIFO of jobs in flight: the issuer runs
-        # the position sampler and issues each job's index reads (several jobs' reads in flight at
-        # once, up to outstanding_reads); the collector takes the answers in order, appends them to the
-        # node list and writes each job's count.
-        appended = Signal(range(cfg.max_fanout + 1))
-        collect_layout = data.StructLayout({"count": range(cfg.max_fanout + 1), "entry": 64, "base": 64})
-        collects = SyncFIFO(width=collect_layout.size, depth=16)
-        m.submodules.collects = ResetInserter(job_reset)(collects)
-        collect_in = Signal(collect_layout)
-        collect = Signal(collect_layout)
-        m.d.comb += collects.w_data.eq(collect_in)
-        issuer_idle = Signal()
-        collector_idle = Signal()
-        m.d.comb += back_idle.eq((issuer_idle & collector_idle & ~jobs.r_rdy & ~collects.r_rdy) | back_error)
-
-        # issuer, first half: take a job, announce it to the collector, start the sampler whose turn
-        # it is, and queue a ticket for the streaming half (all in one cycle)
-        ticket_layout = data.StructLayout({"sampler": 1, "count": range(cfg.max_fanout + 1), "edge_start": 64})
-        tickets = SyncFIFO(width=ticket_layout.size, depth=2)
-        m.submodules.tickets = ResetInserter(job_reset)(tickets)
-        ticket_in = Signal(ticket_layout)
-        ticket = Signal(ticket_layout)
-        turn = Signal()
-        incoming = job_layout(jobs.r_data)
-        turn_ready = Mux(turn, samplers[1].request.ready, samplers[0].request.ready)
-        go = Signal()
-        m.d.comb += [
-            go.eq(jobs.r_rdy & collects.w_rdy & tickets.w_rdy & ~finishing & ~back_error
-                  & ((incoming.count == 0) | turn_ready)),
-            collect_in.count.eq(incoming.count), collect_in.entry.eq(incoming.entry),
-            collect_in.base.eq(incoming.base),
-            ticket_in.sampler.eq(turn), ticket_in.count.eq(incoming.count),
-            ticket_in.edge_start.eq(incoming.edge_start), tickets.w_data.eq(ticket_in),
-        ]
-        for number, sampler in enumerate(samplers):
-            m.d.comb += [sampler.request.payload.key.eq(incoming.key),
-                         sampler.request.payload.degree.eq(incoming.degree),
-                         sampler.request.payload.fanout.eq(fanout),
-                         sampler.request.valid.eq(go & (incoming.count != 0) & (turn == number))]
-        with m.If(go):
-            m.d.comb += [jobs.r_en.eq(1), collects.w_en.eq(1), tickets.w_en.eq(incoming.count != 0)]
-            with m.If(incoming.count != 0):
-                m.d.sync += turn.eq(~turn)
+        # ---- the edge streamers, one per lane: the issuer turns each job's positions into index reads
+        # (several jobs' reads in flight at once, up to outstanding_reads per lane); the collector takes
+        # the answers in order and appends the ids to the node list at the job's reserved place. A job
+        # with d > k runs a position sampler and reads one id per position; a job with d <= k takes
+        # all its d consecutive ids, read a beat at a time (*dense*: up to data_width / 32 ids per
+        # read). Lanes finish their jobs in any order: each id's place was fixed at dispatch.
         with m.If(job_reset):
-            m.d.sync += turn.eq(0)
-
-        # issuer, second half: each ticket's positions stream into index reads, ticket after ticket
-        positions_valid = Mux(ticket.sampler, samplers[1].positions.valid, samplers[0].positions.valid)
-        positions = Mux(ticket.sampler, samplers[1].positions.payload, samplers[0].positions.payload)
-        with m.FSM(name="issuer"):
-            with m.State("I_IDLE"):
-                m.d.comb += issuer_idle.eq(~tickets.r_rdy)
-                with m.If(tickets.r_rdy & ~finishing & ~back_error):
-                    m.d.comb += tickets.r_en.eq(1)
-                    m.d.sync += [ticket.eq(tickets.r_data), issued.eq(0)]
-                    m.next = "I_STREAM"
-            with m.State("I_STREAM"):
+            m.d.sync += last_lane.eq(0)
+        beat_log2 = data_bytes.bit_length() - 1
+        collect_layout = data.StructLayout({"count": range(cfg.max_fanout + 1), "base": 64})
+        lane_idle, lane_error = [], []
+        for lane in range(lanes):
+            if lane == 0:
+                port = port_b  # shares the first storage master with the sequencer (port A)
+                answered = port_b.response.valid & storage.response.ready
+                answer_ids = port_b.response.tag.ids
+            else:
+                reader = lane_readers[lane]
+                ids_tags = SyncFIFO(width=len(Signal(range(ids_per_beat + 1))), depth=cfg.outstanding_reads)
+                m.submodules[f"ids_tags{lane}"] = ResetInserter(job_reset)(ids_tags)
+                port = requester(f"lane{lane}")
                 m.d.comb += [
-                    port_b.request.valid.eq(positions_valid),
-                    port_b.request.payload.eq(indices_base + (ticket.edge_start + positions) * id_bytes),
+                    reader.request.valid.eq(port.request.valid & ids_tags.w_rdy),
+                    reader.request.payload.eq(port.request.payload),
+                    port.request.ready.eq(reader.request.ready & ids_tags.w_rdy),
+                    ids_tags.w_data.eq(port.request.ids),
+                    ids_tags.w_en.eq(reader.request.valid & reader.request.ready),
+                    port.response.payload.eq(reader.response.payload),
+                    port.response.valid.eq(reader.response.valid & ids_tags.r_rdy),
+                    reader.response.ready.eq(ids_tags.r_rdy & (drain_storage | port.response.ready)),
+                    ids_tags.r_en.eq(reader.response.valid & reader.response.ready),
                 ]
-                for number, sampler in enumerate(samplers):
-                    m.d.comb += sampler.positions.ready.eq(port_b.request.ready & (ticket.sampler == number))
-                with m.If(port_b.request.valid & port_b.request.ready):
-                    m.d.sync += issued.eq(issued + 1)
-                    with m.If(issued == ticket.count - 1):
-                        # the next ticket at once when there is one
-                        with m.If(tickets.r_rdy):
-                            m.d.comb += tickets.r_en.eq(1)
-                            m.d.sync += [ticket.eq(tickets.r_data), issued.eq(0)]
-                        with m.Else():
-                            m.next = "I_IDLE"
-                with m.If(finishing | back_error):
-                    m.next = "I_IDLE"
+                port.response.beat = reader.beat
+                answered = reader.response.valid & reader.response.ready
+                answer_ids = ids_tags.r_data
+            samplers = lane_samplers[lane]
+            jobs = lane_jobs[lane]
+            name = f"lane{lane}_"
+            issuer_idle = Signal(name=name + "issuer_idle")
+            collector_idle = Signal(name=name + "collector_idle")
+            collector_error = Signal(name=name + "collector_error")
+            issued = Signal(range(cfg.max_fanout + 1), name=name + "issued")
+            pending = Signal(range(cfg.outstanding_reads + 1), name=name + "pending")  # reads unanswered
+            m.d.sync += pending.eq(pending + (port.request.valid & port.request.ready) - answered)
+            with m.If(job_reset):
+                m.d.sync += pending.eq(0)
 
-        with m.FSM(name="collector"):
-            with m.State("C_IDLE"):
-                # take a job and write its count at once (known before its ids arrive)
-                incoming_collect = collect_layout(collects.r_data)
-                m.d.comb += collector_idle.eq(1)
-                with m.If(collects.r_rdy & ~finishing):  # (the writer is the sequencer's otherwise)
-                    m.d.comb += [writer.request.valid.eq(1),
-                                 writer.request.payload.address.eq(counts_ptr + incoming_collect.entry * 4),
-                                 writer.request.payload.data.eq(incoming_collect.count),
-                                 writer.request.payload.wide.eq(0)]
-                    with m.If(writer.request.ready):
-                        m.d.comb += collects.r_en.eq(1)
-                        m.d.sync += [collect.eq(collects.r_data), appended.eq(0)]
-                        with m.If(incoming_collect.count != 0):
-                            m.next = "C_APPEND"
-            with m.State("C_APPEND"):  # the ids read back stream into node-list appends
-                word = port_b.response.payload
-                m.d.comb += [
-                    writer.request.valid.eq(port_b.response.valid & ~word.error),
-                    writer.request.payload.address.eq(nodes_ptr + (collect.base + appended) * id_bytes),
-                    writer.request.payload.data.eq(id_of(word.data, word.address)),
-                    writer.request.payload.wide.eq(wide_ids),
-                    port_b.response.ready.eq(writer.request.ready | word.error),
-                ]
-                with m.If(port_b.response.valid & port_b.response.ready):
-                    with m.If(word.error):
-                        m.d.sync += [status.eq(Status.STORAGE_ERROR), error_hop.eq(0), error_index.eq(0),
-                                     error_value.eq(word.address)]
-                        m.next = "C_ERROR"
+            # issuer, first half: take a job, start the sampler whose turn it is (d > k), queue a
+            # ticket for the streaming half and the job's place for the collector (all in one cycle)
+            ticket_layout = data.StructLayout({"sampler": 1, "dense": 1, "count": range(cfg.max_fanout + 1),
+                                               "edge_start": 64})
+            tickets = SyncFIFO(width=ticket_layout.size, depth=2)
+            m.submodules[f"tickets{lane}" if lane else "tickets"] = ResetInserter(job_reset)(tickets)
+            collects = SyncFIFO(width=collect_layout.size, depth=cfg.outstanding_reads)
+            m.submodules[f"collects{lane}"] = ResetInserter(job_reset)(collects)
+            ticket_in = Signal(ticket_layout, name=name + "ticket_in")
+            ticket = Signal(ticket_layout, name=name + "ticket")
+            collect_in = Signal(collect_layout, name=name + "collect_in")
+            turn = Signal(name=name + "turn")
+            incoming = job_layout(jobs.r_data)
+            dense_job = incoming.degree == incoming.count
+            turn_ready = Mux(turn, samplers[1].request.ready, samplers[0].request.ready)
+            go = Signal(name=name + "go")
+            m.d.comb += [
+                go.eq(jobs.r_rdy & tickets.w_rdy & collects.w_rdy & ~finishing & ~back_error
+                      & (dense_job | turn_ready)),
+                ticket_in.sampler.eq(turn), ticket_in.dense.eq(dense_job), ticket_in.count.eq(incoming.count),
+                ticket_in.edge_start.eq(incoming.edge_start), tickets.w_data.eq(ticket_in),
+                collect_in.count.eq(incoming.count), collect_in.base.eq(incoming.base),
+                collects.w_data.eq(collect_in),
+            ]
+            for number, sampler in enumerate(samplers):
+                m.d.comb += [sampler.request.payload.key.eq(incoming.key),
+                             sampler.request.payload.degree.eq(incoming.degree),
+                             sampler.request.payload.fanout.eq(fanout),
+                             sampler.request.valid.eq(go & ~dense_job & (turn == number))]
+            with m.If(go):
+                m.d.comb += [jobs.r_en.eq(1), tickets.w_en.eq(1), collects.w_en.eq(1)]
+                with m.If(~dense_job):
+                    m.d.sync += turn.eq(~turn)
+            with m.If(job_reset):
+                m.d.sync += turn.eq(0)
+
+            # issuer, second half: each ticket's reads, ticket after ticket
+            positions_valid = Mux(ticket.sampler, samplers[1].positions.valid, samplers[0].positions.valid)
+            positions = Mux(ticket.sampler, samplers[1].positions.payload, samplers[0].positions.payload)
+            dense_address = Signal(64, name=name + "dense_address")
+            dense_room = Signal(range(ids_per_beat + 1), name=name + "dense_room")  # ids to the beat's end
+            dense_ids = Signal(range(ids_per_beat + 1), name=name + "dense_ids")
+            remaining = ticket.count - issued
+            m.d.comb += [
+                dense_address.eq(indices_base + (ticket.edge_start + issued) * id_bytes),
+                dense_room.eq(Mux(wide_ids, (data_bytes - dense_address[:beat_log2]) >> 3,
+                                  (data_bytes - dense_address[:beat_log2]) >> 2)),
+                dense_ids.eq(Mux(remaining < dense_room, remaining, dense_room)),
+            ]
+            step = Mux(ticket.dense, dense_ids, 1)
+            with m.FSM(name=name + "issuer"):
+                with m.State("I_IDLE"):
+                    m.d.comb += issuer_idle.eq(~tickets.r_rdy)
+                    with m.If(tickets.r_rdy & ~finishing & ~back_error):
+                        m.d.comb += tickets.r_en.eq(1)
+                        m.d.sync += [ticket.eq(tickets.r_data), issued.eq(0)]
+                        m.next = "I_STREAM"
+                with m.State("I_STREAM"):
+                    with m.If(ticket.dense):
+                        m.d.comb += [port.request.valid.eq(1), port.request.payload.eq(dense_address),
+                                     port.request.ids.eq(dense_ids)]
                     with m.Else():
-                        m.d.sync += appended.eq(appended + 1)
-                        with m.If(appended == collect.count - 1):
-                            m.next = "C_IDLE"
-                with m.If(finishing):
-                    m.next = "C_IDLE"
-            with m.State("C_ERROR"):  # stopped until the next command
-                m.d.comb += back_error.eq(1)
-                with m.If(control.ready):
-                    m.next = "C_IDLE"
+                        m.d.comb += [
+                            port.request.valid.eq(positions_valid), port.request.ids.eq(1),
+                            port.request.payload.eq(indices_base + (ticket.edge_start + positions) * id_bytes),
+                        ]
+                        for number, sampler in enumerate(samplers):
+                            m.d.comb += sampler.positions.ready.eq(port.request.ready & (ticket.sampler == number))
+                    with m.If(port.request.valid & port.request.ready):
+                        m.d.sync += issued.eq(issued + step)
+                        with m.If(issued + step == ticket.count):
+                            # the next ticket at once when there is one
+                            with m.If(tickets.r_rdy):
+                                m.d.comb += tickets.r_en.eq(1)
+                                m.d.sync += [ticket.eq(tickets.r_data), issued.eq(0)]
+                            with m.Else():
+                                m.next = "I_IDLE"
+                    with m.If(finishing | back_error):
+                        m.next = "I_IDLE"
+
+            # the answers leave the read channel at once (a beat FIFO), so an answer that holds several
+            # ids never stops the answers behind it (on lane 0: the indptr answers)
+            answer_layout = data.StructLayout({"beat": cfg.data_width, "address": 64, "error": 1,
+                                               "ids": range(ids_per_beat + 1)})
+            answers = SyncFIFO(width=answer_layout.size, depth=32)
+            m.submodules[f"answers{lane}" if lane else "answers"] = ResetInserter(job_reset)(answers)
+            answer_in = Signal(answer_layout, name=name + "answer_in")
+            m.d.comb += [
+                answer_in.beat.eq(port.response.beat), answer_in.address.eq(port.response.payload.address),
+                answer_in.error.eq(port.response.payload.error), answer_in.ids.eq(answer_ids),
+                answers.w_data.eq(answer_in), answers.w_en.eq(port.response.valid & ~finishing),
+                port.response.ready.eq(answers.w_rdy),
+            ]
+            # the collector: one id per cycle, at the job's place (base + i), job after job
+            head = answer_layout(answers.r_data)
+            job = collect_layout(collects.r_data)
+            taken = Signal(range(ids_per_beat), name=name + "taken")          # ids of the head answer
+            appended = Signal(range(cfg.max_fanout), name=name + "appended")  # ids of the job
+            offset = Signal(beat_log2 + 1, name=name + "offset")
+            m.d.comb += offset.eq(head.address[:beat_log2] + taken * id_bytes)
+            wide_id = head.beat.word_select(offset[3:beat_log2], 64) if data_bytes > 8 else head.beat
+            narrow_id = head.beat.word_select(offset[2:beat_log2], 32)
+            appends = combiner.fields[lane]
+            m.d.comb += collector_idle.eq(collector_error | (~answers.r_rdy & ~collects.r_rdy))
+            with m.If(~finishing & ~collector_error):
+                m.d.comb += [
+                    appends.valid.eq(answers.r_rdy & collects.r_rdy & ~head.error),
+                    appends.payload.address.eq(nodes_ptr + (job.base + appended) * id_bytes),
+                    appends.payload.data.eq(Mux(wide_ids, wide_id, narrow_id)),
+                    appends.payload.wide.eq(wide_ids),
+                ]
+                with m.If(answers.r_rdy & head.error):
+                    m.d.sync += [status.eq(Status.STORAGE_ERROR), error_hop.eq(0), error_index.eq(0),
+                                 error_value.eq(head.address), collector_error.eq(1)]
+                with m.Elif(appends.valid & appends.ready):
+                    m.d.sync += [taken.eq(taken + 1), appended.eq(appended + 1)]
+                    with m.If(taken == head.ids - 1):
+                        m.d.comb += answers.r_en.eq(1)
+                        m.d.sync += taken.eq(0)
+                    with m.If(appended == job.count - 1):
+                        m.d.comb += collects.r_en.eq(1)
+                        m.d.sync += appended.eq(0)
+            with m.If(job_reset | collector_error):
+                m.d.sync += [taken.eq(0), appended.eq(0)]
+            with m.If(control.ready):  # stopped by an error until the next command
+                m.d.sync += collector_error.eq(0)
+            lane_idle.append(issuer_idle & ~jobs.r_rdy & (pending == 0) & collector_idle)
+            lane_error.append(collector_error)
+        m.d.comb += [back_error.eq(Cat(*lane_error).any()),
+                     back_idle.eq(Cat(*lane_idle).all() | back_error)]
 
         # ---- the buses, while the aggregator runs: its engines instead of the sampler's (overriding
         # the connections above); otherwise its engines see an idle bus
         for ours, theirs, samplers in ((self.m_axi_storage, aggregator.storage, (storage.bus,)),
-                                       (self.m_axi_mem, aggregator.mem, (mem.bus, writer.bus))):
+                                       (self.m_axi_mem, aggregator.mem, (mem.bus, combiner.bus))):
             for name, member in theirs.signature.members.items():
                 if member.flow == In:
                     m.d.comb += getattr(theirs, name).eq(Mux(aggregating, getattr(ours, name), 0))

@@ -35,6 +35,9 @@ class ReadStream(wiring.Component):
         Byte address of a naturally aligned field of at most 8 bytes.
     response : ``Out(stream.Signature(StreamWord))``
         The enclosing aligned 64-bit word, in request order.
+    beat : ``Out(data_width)``
+        The whole beat the word was taken from (valid with ``response``): the neighbouring fields
+        of the same beat, for a consumer that takes several from one read.
     bus : ``Out(AxiReadSignature(data_width))``
     idle : ``Out(1)``
         No read in flight.
@@ -48,6 +51,7 @@ class ReadStream(wiring.Component):
         super().__init__({
             "request": In(stream.Signature(ADDRESS_WIDTH)),
             "response": Out(stream.Signature(StreamWord)),
+            "beat": Out(data_width),
             "bus": Out(AxiReadSignature(data_width)),
             "idle": Out(1),
         })
@@ -95,6 +99,7 @@ class ReadStream(wiring.Component):
         m.d.comb += [
             self.response.valid.eq(bus.rvalid & in_flight.r_rdy),
             self.response.payload.data.eq(word),
+            self.beat.eq(bus.rdata),
             self.response.payload.address.eq(address),
             self.response.payload.error.eq(bus.rresp != RESP_OKAY),
             bus.rready.eq(self.response.ready & in_flight.r_rdy),

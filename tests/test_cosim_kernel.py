@@ -117,3 +117,33 @@ def test_benchmark_runs_on_a_small_graph(tmp_path):
     print(report)
     assert report["ideal"]["edges"] > 0 and report["ideal"]["cycles_per_edge"] > 0
     assert report["host_bytes"]["mmap_pages"] > 0 and 0 < report["pm983"]["fraction_of_ceiling"] <= 1.0
+
+
+def test_cycle_counts_ideal_and_ssd(tmp_path):
+    """Cycle counts are deterministic: with ideal memory a small R-MAT batch on the 4-lane build costs
+    at most 1.25 cycles per sampled edge per lane (cycles x lanes / edges; the storage read channels
+    are the bound: one read per sampled id of a node with d > k, one per beat of ids otherwise, one
+    per node's indptr pair, spread over one read master per lane); under the PM983 model a one-node
+    command costs three storage rounds (header words, indptr pair, index entries), not one round per
+    header word."""
+    from smartsage.cosim.bench import _targets
+    from smartsage.cosim.graphs import rmat_image
+    from smartsage.cosim.storage import PM983
+    from smartsage.spec.image import GraphImage
+
+    config = CONFIGS["default"]
+    image = tmp_path / "rmat.img"
+    rmat_image(image, 12, 16, 1)
+    with GraphImage(image) as graph:
+        targets = _targets(graph, 128, 1).tolist()
+    result = run_plan(config, image, [CommandSpec(targets=targets, fanouts=[25, 10], seed=1)], seed=1)
+    header = result.results[0]["header"]
+    print("ideal:", header["cycles"], "cycles,", header["edges_sampled"], "edges")
+    assert header["edges_sampled"] > 5_000
+    assert config.lanes == 4
+    assert header["cycles"] * config.lanes <= 1.25 * header["edges_sampled"]
+    ssd = run_plan(config, image, [CommandSpec(targets=targets[:1], fanouts=[3], seed=1)], timing=PM983,
+                   seed=1).results[0]["header"]
+    round_trip = PM983.page_latency_us * config.clock_mhz
+    print("PM983, one node:", ssd["cycles"], "cycles =", ssd["cycles"] / round_trip, "page latencies")
+    assert 3 * round_trip < ssd["cycles"] < 3.3 * round_trip

@@ -125,3 +125,19 @@ def test_cli_export(tmp_path, capsys):
     assert args.func(args) == 0
     assert (tmp_path / "out" / "kernel.xml").exists() and (tmp_path / "out" / "smartsage_kernel.v").exists()
     assert "kernel_xml:" in capsys.readouterr().out
+
+
+def test_one_storage_read_master_per_lane():
+    """lanes = 4: m_axi_storage (lane 0, header, indptr) and m_axi_storage1..3, each an AXI4 read master
+    of the build's data width; kernel.xml lists every one of them."""
+    from smartsage.rtl.kernel import lane_master_name
+
+    config = CONFIGS["default"]
+    ports = kx.vitis_port_names(config)
+    for lane in range(config.lanes):
+        for name in AxiReadSignature(config.data_width).members:
+            assert f"{lane_master_name(lane)}_{name}" in ports
+    assert not any(p.startswith(f"{lane_master_name(config.lanes)}_") for p in ports)
+    masters = {p.get("name"): p for p in ET.fromstring(kx.kernel_xml(config)).find("kernel").find("ports")}
+    assert {lane_master_name(lane) for lane in range(config.lanes)} | {"m_axi_mem"} <= set(masters)
+    assert int(masters["m_axi_storage3"].get("dataWidth")) == config.data_width

@@ -60,3 +60,10 @@ def test_ecp5_timing_proxy_reports_fmax_and_critical_path(tmp_path):
     assert report.fmax_mhz > 10
     assert report.critical_from and report.critical_to and report.logic_levels > 0
     assert report.utilization["TRELLIS_COMB"][0] > 1000
+
+
+def test_masters_table_lists_one_storage_master_per_lane():
+    table = synth.masters_table_markdown(["small", "default"])
+    assert "| small | 1 | `m_axi_mem`, `m_axi_storage` |" in table
+    assert "| default | 4 | `m_axi_mem`, `m_axi_storage`, `m_axi_storage1`, `m_axi_storage2`, `m_axi_storage3` |" \
+        in table

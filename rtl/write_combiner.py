@@ -1,0 +1,259 @@
+"""Write combining: fields appended to output buffers go out as strobed full-beat AXI4 bursts."""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.wiring import In, Out
+
+from .axi import ADDRESS_WIDTH, BURST_INCR, RESP_OKAY, AxiWriteSignature, check_data_width
+
+__all__ = ["WriteCombiner", "AppendWord", "MAX_BURST", "BURST_BOUNDARY"]
+
+#: A field to write: byte address (naturally aligned), value, and 8 bytes (wide) or 4.
+AppendWord = data.StructLayout({"address": ADDRESS_WIDTH, "data": 64, "wide": 1})
+
+#: Beats per AXI burst at most (1 KiB at 512 bits).
+MAX_BURST = 16
+#: AXI4 bursts never cross a 4 KiB boundary.
+BURST_BOUNDARY = 4096
+
+
+class WriteCombiner(wiring.Component):
+    """Merges naturally aligned u32/u64 fields into beats and writes runs of consecutive beats as bursts.
+
+    Each input port owns one *open beat*: a field for the same beat is merged into it (its bytes
+    strobed), a field for another beat closes it. A beat whose every byte is strobed closes at once;
+    ``flush`` closes every open beat (the kernel raises it at each drain point). Closed beats of a
+    port queue in its beat FIFO; consecutive closed beats (the next beat address, not past a 4 KiB
+    boundary, at most ``MAX_BURST``) form one *run*, published when the next beat is not consecutive,
+    the run is full, or on ``flush``. Runs of all ports are written in turn: one AW per run
+    (``awlen`` = beats - 1), its beats on W back to back, answers counted back against a FIFO of the
+    runs in flight (depth ``outstanding``). Only the fields' bytes are strobed, so nothing outside
+    the output buffers is written.
+
+    The first write answered SLVERR/DECERR latches ``error`` and ``error_address``: the address of
+    the first strobed byte of that burst (an address inside the failing write).
+
+    Parameters
+    ----------
+    data_width : int
+        AXI data width in bits (64..512).
+    outstanding : int
+        Bursts in flight at most.
+    ports : int
+        Independent input streams (each appends to its own buffer).
+
+    Members
+    -------
+    fields : ``In(stream.Signature(AppendWord)).array(ports)``
+    flush : ``In(1)``
+        Close every open beat and run (level; hold it until ``idle``).
+    bus : ``Out(AxiWriteSignature(data_width))``
+    idle : ``Out(1)``
+        Nothing open, queued or unanswered.
+    error : ``Out(1)``
+        Some burst was answered SLVERR/DECERR (sticky until ``clear``).
+    error_address : ``Out(64)``
+    clear : ``In(1)``
+        Clears ``error`` (a new command).
+    """
+
+    def __init__(self, data_width: int, outstanding: int, ports: int = 2):
+        self._data_width = check_data_width(data_width)
+        if not isinstance(outstanding, int) or not 1 <= outstanding <= 256:
+            raise ValueError(f"Outstanding writes must be an integer in 1..256, not {outstanding!r}")
+        if not isinstance(ports, int) or not 1 <= ports <= 8:
+            raise ValueError(f"Write combiner ports must be an integer in 1..8, not {ports!r}")
+        self._outstanding = outstanding
+        self._ports = ports
+        super().__init__({
+            "fields": In(stream.Signature(AppendWord)).array(ports),
+            "flush": In(1),
+            "bus": Out(AxiWriteSignature(data_width)),
+            "idle": Out(1),
+            "error": Out(1),
+            "error_address": Out(ADDRESS_WIDTH),
+            "clear": In(1),
+        })
+
+    @property
+    def data_width(self) -> int:
+        return self._data_width
+
+    @property
+    def ports(self) -> int:
+        return self._ports
+
+    def elaborate(self, platform):
+        m = Module()
+        data_bytes = self._data_width // 8
+        size_log2 = data_bytes.bit_length() - 1
+        bus = self.bus
+        beat_layout = data.StructLayout({"data": self._data_width, "strobe": data_bytes})
+        run_layout = data.StructLayout({"first": ADDRESS_WIDTH, "length": range(MAX_BURST + 1)})
+        depth = 2 * MAX_BURST  # an open run (< MAX_BURST beats) never fills a port's FIFO alone
+
+        def first_strobed(strobe, name):
+            """Index of the lowest strobed byte (a flat priority encoder)."""
+            index = Signal(range(data_bytes), name=name)
+            for byte in reversed(range(data_bytes)):
+                with m.If(strobe[byte]):
+                    m.d.comb += index.eq(byte)
+            return index
+
+        beat_fifos, run_fifos, idles = [], [], []
+        for number in range(self._ports):
+            port = self.fields[number]
+            beats = SyncFIFO(width=beat_layout.size, depth=depth)
+            runs = SyncFIFO(width=run_layout.size, depth=depth)
+            m.submodules[f"beats{number}"] = beats
+            m.submodules[f"runs{number}"] = runs
+            beat_fifos.append(beats)
+            run_fifos.append(runs)
+
+            # ---- the open beat
+            is_open = Signal(name=f"open{number}")
+            beat_address = Signal(ADDRESS_WIDTH, name=f"beat_address{number}")
+            beat = Signal(beat_layout, name=f"beat{number}")
+            field = port.payload
+            offset = field.address[:size_log2]
+            lane_value = Mux(field.wide, field.data, Cat(field.data[:32], field.data[:32]))
+            field_strobe = Signal(data_bytes, name=f"field_strobe{number}")
+            m.d.comb += field_strobe.eq(Mux(field.wide, 0xFF, 0x0F) << offset)
+            field_data = lane_value.replicate(data_bytes // 8)
+            byte_mask = Cat(*(field_strobe[byte].replicate(8) for byte in range(data_bytes)))
+            same = is_open & ((field.address >> size_log2) == (beat_address >> size_log2))
+            merged = Signal(beat_layout, name=f"merged{number}")
+            m.d.comb += [merged.data.eq((beat.data & ~byte_mask) | (field_data & byte_mask)),
+                         merged.strobe.eq(beat.strobe | field_strobe)]
+            full = merged.strobe.all()
+
+            # what is pushed this cycle (at most one beat): the open beat (another beat's field came, or
+            # a flush), or the merged beat once full
+            push = Signal(name=f"push{number}")
+            push_address = Signal(ADDRESS_WIDTH, name=f"push_address{number}")
+            push_beat = Signal(beat_layout, name=f"push_beat{number}")
+            taking = port.valid & port.ready
+            m.d.comb += [port.ready.eq(beats.w_rdy & runs.w_rdy), beats.w_data.eq(push_beat),
+                         beats.w_en.eq(push)]
+            with m.If(taking):
+                with m.If(same):
+                    with m.If(full):
+                        m.d.comb += [push.eq(1), push_address.eq(beat_address), push_beat.eq(merged)]
+                        m.d.sync += is_open.eq(0)
+                    with m.Else():
+                        m.d.sync += beat.eq(merged)
+                with m.Else():
+                    m.d.comb += [push.eq(is_open), push_address.eq(beat_address), push_beat.eq(beat)]
+                    m.d.sync += [is_open.eq(1), beat_address.eq(field.address & ~(data_bytes - 1)),
+                                 beat.data.eq(field_data), beat.strobe.eq(field_strobe)]
+            with m.Elif(self.flush & is_open & beats.w_rdy & runs.w_rdy):
+                m.d.comb += [push.eq(1), push_address.eq(beat_address), push_beat.eq(beat)]
+                m.d.sync += is_open.eq(0)
+
+            # ---- runs of consecutive beats
+            run_open = Signal(name=f"run_open{number}")
+            run_first = Signal(ADDRESS_WIDTH, name=f"run_first{number}")
+            run_last = Signal(ADDRESS_WIDTH, name=f"run_last{number}")
+            run_length = Signal(range(MAX_BURST + 1), name=f"run_length{number}")
+            run_out = Signal(run_layout, name=f"run_out{number}")
+            m.d.comb += runs.w_data.eq(run_out)
+            boundary = BURST_BOUNDARY.bit_length() - 1
+            push_first = first_strobed(push_beat.strobe, f"push_first{number}")
+            continues = (run_open & (push_address == run_last + data_bytes)
+                         & (push_address[:boundary] != 0) & (run_length < MAX_BURST))
+            with m.If(push):
+                with m.If(continues):
+                    m.d.sync += [run_last.eq(push_address), run_length.eq(run_length + 1)]
+                    with m.If(run_length + 1 == MAX_BURST):  # full: published at once
+                        m.d.comb += [runs.w_en.eq(1), run_out.first.eq(run_first), run_out.length.eq(MAX_BURST)]
+                        m.d.sync += run_open.eq(0)
+                with m.Else():
+                    m.d.comb += [runs.w_en.eq(run_open), run_out.first.eq(run_first),
+                                 run_out.length.eq(run_length)]
+                    m.d.sync += [run_open.eq(1), run_first.eq(push_address | push_first),
+                                 run_last.eq(push_address), run_length.eq(1)]
+            with m.Elif(self.flush & ~is_open & run_open):
+                m.d.comb += [runs.w_en.eq(1), run_out.first.eq(run_first), run_out.length.eq(run_length)]
+                m.d.sync += run_open.eq(0)
+            idles.append(~is_open & ~run_open & ~beats.r_rdy & ~runs.r_rdy)
+
+        # ---- AW: one run at a time from the ports in turn, registered (AWADDR holds while AWVALID)
+        port_bits = max(1, (self._ports - 1).bit_length())
+        burst_layout = data.StructLayout({"port": port_bits, "length": range(MAX_BURST + 1)})
+        m.submodules.bursts = bursts = SyncFIFO(width=burst_layout.size, depth=4)
+        m.submodules.in_flight = in_flight = SyncFIFO(width=ADDRESS_WIDTH, depth=self._outstanding)
+        aw_valid = Signal()
+        aw_first = Signal(ADDRESS_WIDTH)
+        aw_length = Signal(range(MAX_BURST + 1))
+        last_port = Signal(port_bits)
+        aw_fire = aw_valid & bus.awready
+        m.d.comb += [
+            bus.awvalid.eq(aw_valid), bus.awaddr.eq(aw_first & ~(data_bytes - 1)), bus.awlen.eq(aw_length - 1),
+            bus.awsize.eq(size_log2), bus.awburst.eq(BURST_INCR),
+        ]
+        with m.If(aw_fire):
+            m.d.sync += aw_valid.eq(0)
+        load = (~aw_valid | aw_fire) & bursts.w_rdy & in_flight.w_rdy
+        burst_in = Signal(burst_layout)
+        m.d.comb += [bursts.w_data.eq(burst_in), in_flight.w_data.eq(aw_first)]
+        # round robin: the first port with a run after the one served last
+        chosen = Signal(port_bits)
+        found = Signal()
+        with m.Switch(last_port):
+            for last in range(self._ports):
+                with m.Case(last):
+                    candidates = [(last + offset) % self._ports for offset in range(1, self._ports + 1)]
+                    for n, number in enumerate(candidates):
+                        with (m.If if n == 0 else m.Elif)(run_fifos[number].r_rdy):
+                            m.d.comb += [chosen.eq(number), found.eq(1)]
+        with m.If(load & found):
+            with m.Switch(chosen):
+                for number in range(self._ports):
+                    with m.Case(number):
+                        run = run_layout(run_fifos[number].r_data)
+                        m.d.comb += [run_fifos[number].r_en.eq(1), burst_in.length.eq(run.length)]
+                        m.d.sync += [aw_first.eq(run.first), aw_length.eq(run.length)]
+            m.d.comb += [burst_in.port.eq(chosen), bursts.w_en.eq(1)]
+            m.d.sync += [aw_valid.eq(1), last_port.eq(chosen)]
+        # the run's first strobed byte goes in flight once its AW is out (checked on its B answer)
+        m.d.comb += in_flight.w_en.eq(aw_fire)
+
+        # ---- W: the beats of each burst, in AW order, back to back
+        current = burst_layout(bursts.r_data)
+        sent = Signal(range(MAX_BURST))
+        head = Signal(beat_layout)
+        head_ready = Signal()
+        with m.Switch(current.port):
+            for number in range(self._ports):
+                with m.Case(number):
+                    m.d.comb += [head.eq(beat_fifos[number].r_data), head_ready.eq(beat_fifos[number].r_rdy)]
+        w_fire = bus.wvalid & bus.wready
+        m.d.comb += [
+            bus.wvalid.eq(bursts.r_rdy & head_ready), bus.wdata.eq(head.data), bus.wstrb.eq(head.strobe),
+            bus.wlast.eq(sent == current.length - 1),
+        ]
+        with m.If(w_fire):
+            with m.Switch(current.port):
+                for number in range(self._ports):
+                    with m.Case(number):
+                        m.d.comb += beat_fifos[number].r_en.eq(1)
+            with m.If(sent == current.length - 1):
+                m.d.comb += bursts.r_en.eq(1)
+                m.d.sync += sent.eq(0)
+            with m.Else():
+                m.d.sync += sent.eq(sent + 1)
+
+        # ---- B
+        m.d.comb += [
+            bus.bready.eq(in_flight.r_rdy),
+            in_flight.r_en.eq(bus.bvalid & bus.bready),
+            self.idle.eq(Cat(*idles).all() & ~aw_valid & ~bursts.r_rdy & ~in_flight.r_rdy),
+        ]
+        with m.If(bus.bvalid & bus.bready & (bus.bresp != RESP_OKAY) & ~self.error):
+            m.d.sync += [self.error.eq(1), self.error_address.eq(in_flight.r_data)]
+        with m.If(self.clear):
+            m.d.sync += self.error.eq(0)
+        return m

@@ -13,7 +13,7 @@ properties on the block's *ports*:
   a stable address and burst, single naturally aligned beats, never more reads outstanding than
   configured, the response stream obeys the stream rules when the slave obeys AXI.
 - ``result_writer`` (:class:`~smartsage.rtl.field_writer.FieldWriter`): AWVALID / WVALID held with
-  stable payload, strobes cover exactly one naturally aligned 1-, 2-, 4- or 8-byte field, never more writes
+  stable payload, strobes cover exactly one naturally aligned 4- or 8-byte field, never more writes
   outstanding than configured, and no strobed byte lies outside the buffer window that every request
   was inside (the block's part of "never writes outside the descriptor's buffers").
 
@@ -340,9 +340,7 @@ class _ResultWriterHarness(_Harness):
         with m.If(steps >= 1):
             m.d.comb += Assume((window_lo == p_lo) & (window_hi == p_hi))
         size = Signal(4)
-        m.d.comb += size.eq(Mux(request.payload.narrow == 1, 1, Mux(request.payload.narrow == 2, 2,
-                                                                     4 << request.payload.wide)))
-        m.d.comb += Assume(~request.valid | (request.payload.narrow != 3))
+        m.d.comb += size.eq(4 << request.payload.wide)
         address = request.payload.address
         m.d.comb += Assume(~request.valid | ((address >= window_lo) & (address + size <= window_hi)
                                              & (address & (size - 1) == 0) & (window_hi >= window_lo)
@@ -363,10 +361,10 @@ class _ResultWriterHarness(_Harness):
             m.d.comb += Assert(~(p["awvalid"] & ~p["awready"]) | (bus.awvalid & (bus.awaddr == p["awaddr"])))
             m.d.comb += Assert(~(p["wvalid"] & ~p["wready"])
                                | (bus.wvalid & (bus.wdata == p["wdata"]) & (bus.wstrb == p["wstrb"])))
-        # strobes: exactly one naturally aligned 1-, 2-, 4- or 8-byte field
+        # strobes: exactly one naturally aligned 4- or 8-byte field
         strobe_ok = Signal()
         cases = []
-        for width in (1, 2, 4, 8):
+        for width in (4, 8):
             for lane in range(0, data_bytes, width):
                 cases.append(bus.wstrb == (((1 << width) - 1) << lane))
         m.d.comb += strobe_ok.eq(0)
@@ -386,7 +384,8 @@ class _ResultWriterHarness(_Harness):
             field_start = Signal(64, name="field_start")
             m.d.comb += field_start.eq(bus.awaddr[size_log2:].shift_left(size_log2) | first_lane)
             field_size = Signal(4, name="field_size")
-            m.d.comb += field_size.eq(sum(bus.wstrb[lane] for lane in range(data_bytes)))
+            eight = bus.wstrb.bit_select((first_lane + 4)[:size_log2], 1) & (first_lane[:3] == 0)
+            m.d.comb += field_size.eq(Mux(eight, 8, 4))
             m.d.comb += Assert(~(bus.awvalid & bus.wvalid & bus.wstrb.any())
                                | ((field_start >= window_lo) & (field_start + field_size <= window_hi)))
         m.d.comb += [

@@ -14,7 +14,7 @@ from cocotb.triggers import First, RisingEdge, Timer
 from cocotbext.axi import AxiLiteBus, AxiLiteMaster
 
 from smartsage.rtl.control import ARGUMENTS, register_offset
-from smartsage.rtl.kernel import lane_master_name
+from smartsage.rtl.kernel import storage_master_names
 from smartsage.spec.config import KernelConfig
 
 from .axi_responder import AxiReadResponder, AxiWriteResponder, Backpressure
@@ -60,13 +60,13 @@ class KernelTB:
         self.control = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axi_control_"), dut.clk, dut.rst)
         self.storage = StorageModel(image_path, timing, config.clock_mhz, base=image_base)
         self.memory = DeviceMemory(64)
-        # one read master per lane, all served by the one storage model (one IOPS ceiling, one cache,
-        # one read account)
+        # the sequencer's read master and one per lane, all served by the one storage model (one
+        # IOPS ceiling, one cache, one read account)
         self.storage_ports = [
-            AxiReadResponder(dut, lane_master_name(lane), dut.clk, self.period_ps, self.storage.read,
-                             self.storage.ready_cycle, backpressure, salt=1 if lane == 0 else 10 + lane,
+            AxiReadResponder(dut, name, dut.clk, self.period_ps, self.storage.read,
+                             self.storage.ready_cycle, backpressure, salt=1 if number == 0 else 10 + number,
                              accepted=self.storage.accept)
-            for lane in range(config.lanes)]
+            for number, name in enumerate(storage_master_names(config))]
         self.storage_port = self.storage_ports[0]
         self.memory_read_port = AxiReadResponder(
             dut, "m_axi_mem", dut.clk, self.period_ps, lambda r: self.memory.read(r),

@@ -56,16 +56,22 @@ from .read_stream import ReadStream, StreamWord
 from .rng import mix32
 from .write_combiner import WriteCombiner
 
-__all__ = ["SamplerKernel", "IMAGE_WORDS", "SUPPORTED_FLAGS", "MAX_LANES", "lane_master_name"]
+__all__ = ["SamplerKernel", "IMAGE_WORDS", "SUPPORTED_FLAGS", "MAX_LANES", "lane_master_name",
+           "storage_master_names"]
 
 #: Edge-streamer lanes this microarchitecture builds at most (ports of the write combiner, masters).
 MAX_LANES = 16
 
 
 def lane_master_name(lane: int) -> str:
-    """The storage read master of a lane: ``m_axi_storage`` (lane 0, shared with the sequencer's
-    header and indptr reads and the aggregator), ``m_axi_storage1``, ... for the others."""
-    return "m_axi_storage" if lane == 0 else f"m_axi_storage{lane}"
+    """The storage read master of a lane's index reads: ``m_axi_lane0``, ``m_axi_lane1``, ..."""
+    return f"m_axi_lane{lane}"
+
+
+def storage_master_names(config: KernelConfig) -> list[str]:
+    """Every storage read master of a build: ``m_axi_storage`` (the sequencer's header and indptr
+    reads, then the aggregator's feature reads) and one per lane."""
+    return ["m_axi_storage"] + [lane_master_name(lane) for lane in range(config.lanes)]
 
 #: Descriptor flags this build executes: AGGREGATE (docs/spec.md section 4, the feature aggregator).
 SUPPORTED_FLAGS = int(Flags.AGGREGATE)
@@ -112,9 +118,9 @@ class SamplerKernel(wiring.Component):
     -------
     s_axi_control : ``In(AxiLiteSignature(6))``
     m_axi_storage : ``Out(AxiReadSignature(config.data_width))``
-        Storage reads of lane 0, the image header, indptr and the aggregator.
-    m_axi_storage1 .. m_axi_storage{lanes - 1} : ``Out(AxiReadSignature(config.data_width))``
-        Storage (index) reads of lanes 1.. (one read channel per lane).
+        Storage reads of the sequencer (descriptor-time image header, indptr) and the aggregator.
+    m_axi_lane0 .. m_axi_lane{lanes - 1} : ``Out(AxiReadSignature(config.data_width))``
+        Storage (index) reads of each lane (one read channel per lane).
     m_axi_mem : ``Out(AxiSignature(config.data_width))``
     interrupt : ``Out(1)``
 
@@ -131,8 +137,8 @@ class SamplerKernel(wiring.Component):
             raise ValueError(f"Lanes must be at most {MAX_LANES} for this kernel, not {config.lanes!r}")
         self._config = config
         members = {"s_axi_control": In(AxiLiteSignature(CONTROL_ADDRESS_WIDTH))}
-        for lane in range(config.lanes):
-            members[lane_master_name(lane)] = Out(AxiReadSignature(config.data_width))
+        for name in storage_master_names(config):
+            members[name] = Out(AxiReadSignature(config.data_width))
         members.update({"m_axi_mem": Out(AxiSignature(config.data_width)), "interrupt": Out(1)})
         super().__init__(members)
 
@@ -166,24 +172,23 @@ class SamplerKernel(wiring.Component):
                 m.submodules[f"positions{lane}_{number}" if lane else f"positions{number}"] = \
                     ResetInserter(sampler_reset)(sampler)
             lane_samplers.append(pair)
-        # lanes 1.. read storage through a master of their own
-        lane_readers = [storage]
-        for lane in range(1, lanes):
+        # every lane reads storage through a master of its own
+        lane_readers = []
+        for lane in range(lanes):
             reader = ReadStream(cfg.data_width, cfg.outstanding_reads)
-            m.submodules[f"storage_reader{lane}"] = reader
+            m.submodules[f"lane_reader{lane}"] = reader
             wiring.connect(m, wiring.flipped(getattr(self, lane_master_name(lane))), reader.bus)
             lane_readers.append(reader)
 
         wiring.connect(m, wiring.flipped(self.s_axi_control), control.s_axi_control)
         wiring.connect(m, wiring.flipped(self.m_axi_storage), storage.bus)
 
-        # The storage reader is shared by the sequencer (A: header and indptr reads) and the edge
-        # streamer (B: index reads). A has priority; a FIFO of requester tags (reads return in order)
-        # routes each answer back to its requester.
-        # Requests carry a tag that comes back with the answer: A's ``pair`` (indptr[v] and indptr[v+1]
-        # both from this beat), B's ``ids`` (how many consecutive ids of this beat, from the address on).
+        # The storage reader ``m_axi_storage`` is the sequencer's (port A: header and indptr reads);
+        # each lane's index reads have a master of their own. Requests carry a tag that comes back
+        # with the answer: A's ``pair`` (indptr[v] and indptr[v+1] both from this beat), a lane's
+        # ``ids`` (how many consecutive ids of this beat, from the address on).
         ids_per_beat = data_bytes // 4
-        tag_layout = data.StructLayout({"a": 1, "pair": 1, "ids": range(ids_per_beat + 1)})
+        tag_layout = data.StructLayout({"pair": 1})
 
         def requester(name):
             return SimpleNamespace(
@@ -198,31 +203,22 @@ class SamplerKernel(wiring.Component):
                                          tag=Signal(tag_layout, name=f"{name}_resp_tag"),
                                          ready=Signal(name=f"{name}_resp_ready")))
 
-        port_a, port_b = requester("storage_a"), requester("storage_b")
+        port_a = requester("storage_a")
         m.submodules.storage_tags = tags = SyncFIFO(width=tag_layout.size, depth=cfg.outstanding_reads)
         tag_in = Signal(tag_layout)
         tag_out = tag_layout(tags.r_data)
         drain_storage = Signal()
-        # a request presented and not yet taken keeps the grant (AXI: ARADDR holds while ARVALID)
-        held, held_a, select_a = Signal(), Signal(), Signal()
-        m.d.comb += select_a.eq(Mux(held, held_a, port_a.request.valid))
-        m.d.sync += [held.eq(storage.request.valid & ~storage.request.ready), held_a.eq(select_a)]
         m.d.comb += [
-            storage.request.valid.eq(Mux(select_a, port_a.request.valid, port_b.request.valid) & tags.w_rdy),
-            storage.request.payload.eq(Mux(select_a, port_a.request.payload, port_b.request.payload)),
-            port_a.request.ready.eq(storage.request.ready & tags.w_rdy & select_a),
-            port_b.request.ready.eq(storage.request.ready & tags.w_rdy & ~select_a),
-            tag_in.a.eq(select_a), tag_in.pair.eq(select_a & port_a.request.pair),
-            tag_in.ids.eq(Mux(select_a, 0, port_b.request.ids)),
+            storage.request.valid.eq(port_a.request.valid & tags.w_rdy),
+            storage.request.payload.eq(port_a.request.payload),
+            port_a.request.ready.eq(storage.request.ready & tags.w_rdy),
+            tag_in.pair.eq(port_a.request.pair),
             tags.w_data.eq(tag_in),
             tags.w_en.eq(storage.request.valid & storage.request.ready),
             port_a.response.payload.eq(storage.response.payload),
-            port_b.response.payload.eq(storage.response.payload),
-            port_a.response.tag.eq(tag_out), port_b.response.tag.eq(tag_out),
-            port_a.response.valid.eq(storage.response.valid & tags.r_rdy & tag_out.a),
-            port_b.response.valid.eq(storage.response.valid & tags.r_rdy & ~tag_out.a),
-            storage.response.ready.eq(tags.r_rdy & (drain_storage | Mux(tag_out.a, port_a.response.ready,
-                                                                         port_b.response.ready))),
+            port_a.response.tag.eq(tag_out),
+            port_a.response.valid.eq(storage.response.valid & tags.r_rdy),
+            storage.response.ready.eq(tags.r_rdy & (drain_storage | port_a.response.ready)),
             tags.r_en.eq(storage.response.valid & storage.response.ready),
         ]
         for name, member in mem.bus.signature.members.items():
@@ -316,8 +312,8 @@ class SamplerKernel(wiring.Component):
         with m.If(busy):
             m.d.sync += cycles.eq(cycles + 1)
         storage_beats = []
-        for lane in range(lanes):
-            master = getattr(self, lane_master_name(lane))
+        for name in storage_master_names(cfg):
+            master = getattr(self, name)
             storage_beats.append(Mux(master.arvalid & master.arready, master.arlen + 1, 0))
         m.d.sync += storage_bytes.eq(storage_bytes + sum(storage_beats) * data_bytes)
 
@@ -705,7 +701,7 @@ class SamplerKernel(wiring.Component):
                 # is answered before the result header
                 m.d.comb += [mem.response.ready.eq(1), drain_storage.eq(1), finishing.eq(1), job_reset.eq(1),
                              combiner.flush.eq(1)]
-                readers_idle = Cat(*(reader.idle for reader in lane_readers)).all()
+                readers_idle = Cat(storage.idle, *(reader.idle for reader in lane_readers)).all()
                 with m.If(combiner.idle & mem.idle & readers_idle & back_idle):
                     with m.If(combiner.error & (status == Status.OK)):
                         m.d.sync += [status.eq(Status.OUTPUT_ERROR), error_hop.eq(0), error_index.eq(0),
@@ -757,29 +753,25 @@ class SamplerKernel(wiring.Component):
         collect_layout = data.StructLayout({"count": range(cfg.max_fanout + 1), "base": 64})
         lane_idle, lane_error = [], []
         for lane in range(lanes):
-            if lane == 0:
-                port = port_b  # shares the first storage master with the sequencer (port A)
-                answered = port_b.response.valid & storage.response.ready
-                answer_ids = port_b.response.tag.ids
-            else:
-                reader = lane_readers[lane]
-                ids_tags = SyncFIFO(width=len(Signal(range(ids_per_beat + 1))), depth=cfg.outstanding_reads)
-                m.submodules[f"ids_tags{lane}"] = ResetInserter(job_reset)(ids_tags)
-                port = requester(f"lane{lane}")
-                m.d.comb += [
-                    reader.request.valid.eq(port.request.valid & ids_tags.w_rdy),
-                    reader.request.payload.eq(port.request.payload),
-                    port.request.ready.eq(reader.request.ready & ids_tags.w_rdy),
-                    ids_tags.w_data.eq(port.request.ids),
-                    ids_tags.w_en.eq(reader.request.valid & reader.request.ready),
-                    port.response.payload.eq(reader.response.payload),
-                    port.response.valid.eq(reader.response.valid & ids_tags.r_rdy),
-                    reader.response.ready.eq(ids_tags.r_rdy & (drain_storage | port.response.ready)),
-                    ids_tags.r_en.eq(reader.response.valid & reader.response.ready),
-                ]
-                port.response.beat = reader.beat
-                answered = reader.response.valid & reader.response.ready
-                answer_ids = ids_tags.r_data
+            reader = lane_readers[lane]
+            ids_tags = SyncFIFO(width=len(Signal(range(ids_per_beat + 1))), depth=cfg.outstanding_reads)
+            m.submodules[f"ids_tags{lane}"] = ResetInserter(job_reset)(ids_tags)
+            port = requester(f"lane{lane}")
+            m.d.comb += [
+                reader.request.valid.eq(port.request.valid & ids_tags.w_rdy),
+                reader.request.payload.eq(port.request.payload),
+                port.request.ready.eq(reader.request.ready & ids_tags.w_rdy),
+                ids_tags.w_data.eq(port.request.ids),
+                ids_tags.w_en.eq(reader.request.valid & reader.request.ready),
+                port.response.payload.eq(reader.response.payload),
+                port.response.valid.eq(reader.response.valid & ids_tags.r_rdy),
+                # a command that ends early drains its reads with the tags already cleared (job_reset)
+                reader.response.ready.eq(drain_storage | (ids_tags.r_rdy & port.response.ready)),
+                ids_tags.r_en.eq(reader.response.valid & reader.response.ready),
+            ]
+            port.response.beat = reader.beat
+            answered = reader.response.valid & reader.response.ready
+            answer_ids = ids_tags.r_data
             samplers = lane_samplers[lane]
             jobs = lane_jobs[lane]
             name = f"lane{lane}_"

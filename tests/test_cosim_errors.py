@@ -60,10 +60,11 @@ def _error_commands(graph, image_path, seed: int, config) -> list[tuple[CommandS
     ]
 
 
-def test_every_error_class(tmp_path):
+@pytest.mark.parametrize("config_name", ["small", "wide2"])  # 1 lane, and 2 lanes with reads to drain
+def test_every_error_class(tmp_path, config_name):
     seed = random.SystemRandom().randrange(1 << 30)
     print(f"test seed {seed}")
-    config = CONFIGS["small"]
+    config = CONFIGS[config_name]
     image = tmp_path / "errors.img"
     graph = edge_case_image(image, seed, hub_degree=5_000)
     cases = _error_commands(graph, image, seed, config)

@@ -121,9 +121,10 @@ def test_benchmark_runs_on_a_small_graph(tmp_path):
 
 def test_cycle_counts_ideal_and_ssd(tmp_path):
     """Cycle counts are deterministic: with ideal memory a small R-MAT batch on the 4-lane build costs
-    at most 1.25 cycles per sampled edge per lane (cycles x lanes / edges; the storage read channels
-    are the bound: one read per sampled id of a node with d > k, one per beat of ids otherwise, one
-    per node's indptr pair, spread over one read master per lane); under the PM983 model a one-node
+    at most 1.1 cycles per sampled edge per lane (issue 4's goal; 1.081 measured: cycles x lanes /
+    edges; the lanes' storage read channels are the bound: one read per sampled id of a node with
+    d > k, one per beat of ids otherwise, one read master per lane; the indptr pairs go through the
+    sequencer's own master); under the PM983 model a one-node
     command costs three storage rounds (header words, indptr pair, index entries), not one round per
     header word."""
     from smartsage.cosim.bench import _targets
@@ -141,7 +142,7 @@ def test_cycle_counts_ideal_and_ssd(tmp_path):
     print("ideal:", header["cycles"], "cycles,", header["edges_sampled"], "edges")
     assert header["edges_sampled"] > 5_000
     assert config.lanes == 4
-    assert header["cycles"] * config.lanes <= 1.25 * header["edges_sampled"]
+    assert header["cycles"] * config.lanes <= 1.1 * header["edges_sampled"]
     ssd = run_plan(config, image, [CommandSpec(targets=targets[:1], fanouts=[3], seed=1)], timing=PM983,
                    seed=1).results[0]["header"]
     round_trip = PM983.page_latency_us * config.clock_mhz

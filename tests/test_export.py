@@ -15,6 +15,7 @@ from smartsage.host import cli_rtl, synth
 from smartsage.rtl import kernel_xml as kx
 from smartsage.rtl.axi import AxiLiteSignature, AxiReadSignature, AxiSignature
 from smartsage.rtl.control import ARGUMENTS, CONTROL_ADDRESS_WIDTH
+from smartsage.rtl.kernel import storage_master_names
 from smartsage.spec.config import CONFIGS
 from smartsage.spec.descriptor import REGISTERS
 
@@ -49,8 +50,9 @@ def _top_ports(verilog_text: str, parse_dir) -> dict[str, tuple[str, int]]:
     return ports
 
 
-def _vitis_interface(data_width: int) -> dict[str, tuple[str, int]]:
+def _vitis_interface(config) -> dict[str, tuple[str, int]]:
     """The Vitis RTL-kernel interface, built from the AXI signal lists and the register window alone."""
+    data_width = config.data_width
     expected = {"ap_clk": ("input", 1), "ap_rst_n": ("input", 1), "interrupt": ("output", 1)}
     assert max(offset for _, offset, _, _ in REGISTERS) < 1 << CONTROL_ADDRESS_WIDTH
 
@@ -60,14 +62,15 @@ def _vitis_interface(data_width: int) -> dict[str, tuple[str, int]]:
             expected[f"{prefix}_{name}"] = ("input" if toward_kernel else "output", Shape.cast(member.shape).width)
 
     add("s_axi_control", AxiLiteSignature(CONTROL_ADDRESS_WIDTH), master=False)
-    add("m_axi_storage", AxiReadSignature(data_width), master=True)
+    for master in storage_master_names(config):  # the sequencer's storage master and one per lane
+        add(master, AxiReadSignature(data_width), master=True)
     add("m_axi_mem", AxiSignature(data_width), master=True)
     return expected
 
 
 def test_top_level_ports_follow_the_vitis_rtl_kernel_interface(exported, tmp_path):
     ports = _top_ports(exported["verilog"].read_text(), tmp_path)
-    assert ports == _vitis_interface(CONFIG.data_width)
+    assert ports == _vitis_interface(CONFIG)
     assert ports == kx.vitis_port_names(CONFIG)
 
 
@@ -128,16 +131,17 @@ def test_cli_export(tmp_path, capsys):
 
 
 def test_one_storage_read_master_per_lane():
-    """lanes = 4: m_axi_storage (lane 0, header, indptr) and m_axi_storage1..3, each an AXI4 read master
-    of the build's data width; kernel.xml lists every one of them."""
-    from smartsage.rtl.kernel import lane_master_name
+    """lanes = 4: m_axi_storage (header, indptr, aggregator) and m_axi_lane0..3 (index reads), each an
+    AXI4 read master of the build's data width; kernel.xml lists every one of them."""
+    from smartsage.rtl.kernel import lane_master_name, storage_master_names
 
     config = CONFIGS["default"]
+    assert storage_master_names(config) == ["m_axi_storage"] + [f"m_axi_lane{lane}" for lane in range(4)]
     ports = kx.vitis_port_names(config)
-    for lane in range(config.lanes):
+    for master in storage_master_names(config):
         for name in AxiReadSignature(config.data_width).members:
-            assert f"{lane_master_name(lane)}_{name}" in ports
+            assert f"{master}_{name}" in ports
     assert not any(p.startswith(f"{lane_master_name(config.lanes)}_") for p in ports)
     masters = {p.get("name"): p for p in ET.fromstring(kx.kernel_xml(config)).find("kernel").find("ports")}
-    assert {lane_master_name(lane) for lane in range(config.lanes)} | {"m_axi_mem"} <= set(masters)
-    assert int(masters["m_axi_storage3"].get("dataWidth")) == config.data_width
+    assert set(storage_master_names(config)) | {"m_axi_mem"} <= set(masters)
+    assert int(masters["m_axi_lane3"].get("dataWidth")) == config.data_width

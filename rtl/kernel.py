@@ -865,7 +865,7 @@ class SamplerKernel(wiring.Component):
                         m.next = "I_IDLE"
 
             # the answers leave the read channel at once (a beat FIFO), so an answer that holds several
-            # ids never stops the answers behind it (on lane 0: the indptr answers)
+            # ids never stops the reads behind it
             answer_layout = data.StructLayout({"beat": cfg.data_width, "address": 64, "error": 1,
                                                "ids": range(ids_per_beat + 1)})
             answers = SyncFIFO(width=answer_layout.size, depth=32)

@@ -42,7 +42,7 @@ VITIS_TOP_NAME = TOP_NAME
 ARGUMENT_PORTS: dict[str, str] = {"image": "m_axi_storage", "descriptor": "m_axi_mem"}
 
 #: Address window the shell gives ``s_axi_control`` (the value Vitis HLS writes for small kernels).
-#: The kernel decodes the low ``CONTROL_ADDRESS_WIDTH`` bits: the window above 0x40 aliases.
+#: The kernel decodes all ``CONTROL_ADDRESS_WIDTH`` (12) bits of it: no register aliases in the window.
 CONTROL_RANGE = 0x1000
 
 

@@ -120,10 +120,10 @@ def test_time_never_rises_with_a_larger_cache():
         pages = (rng.zipf(1.3, n) % universe).astype(np.int64)
         trace = _trace_of_pages(pages, fanouts=(3,))
         times = [model.batch_time(trace, pm.PageCache(c * PAGE_SIZE)).kernel_s for c in (0, 1, 8, 64, 512, 8192)]
-        assert all(b <= a + 1e-15 for a, b in zip(times, times[1:], strict=True)), (trial, times)
+        assert all(b <= a + 1e-15 for a, b in zip(times[:-1], times[1:], strict=True)), (trial, times)
         p2p = pm.DeviceModel(attachment="p2p")
         times = [p2p.batch_time(trace, pm.PageCache(c * PAGE_SIZE)).kernel_s for c in (0, 1, 8, 64, 512)]
-        assert all(b <= a + 1e-15 for a, b in zip(times, times[1:], strict=True)), (trial, times)
+        assert all(b <= a + 1e-15 for a, b in zip(times[:-1], times[1:], strict=True)), (trial, times)
 
 
 # ----------------------------------------------------------------------------------- read trace

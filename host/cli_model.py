@@ -361,23 +361,23 @@ def calibrate_cosim(image_path, cases, config_name: str = "small", seed: int = 1
 
 
 def calibrate_host(image_path, batch: int, fanouts, batches: int, seed: int, aggregate: bool,
-                   backends=("mmap", "direct"), refresh_probe: bool = True) -> list[dict]:
+                   backends=("mmap", "direct"), probe_reads: int = 400) -> list[dict]:
     """mmap / O_DIRECT model vs measured sampling time per batch (cold page cache every batch).
 
-    The disk is probed right before the measurement (``refresh_probe``): on a shared machine its
-    figures move with the other jobs' load, and the model must see the disk the samplers see."""
+    On a shared machine the disk's figures move with the other jobs' load (seen here: QD1 faults
+    from 57 to 469 us within minutes), so the disk is probed on the image itself right before every
+    measured batch (``probe_reads`` random reads per queue depth and as many mmap faults), and
+    each batch is modelled with the probe next to it (``model_s``); ``model_global_s`` uses one probe
+    taken before all batches."""
     from .backends.software import DirectSampler, MmapSampler
 
-    probe = pm.probe_disk(os.path.dirname(os.path.abspath(image_path)), refresh=refresh_probe)
-    print(json.dumps({"probe": probe.to_dict()}), flush=True)
-    disk = pm.SsdModel.from_probe(probe)
+    image_path = os.path.abspath(image_path)
+    global_disk = pm.SsdModel.from_probe(pm.probe_disk(image_path, reads=4 * probe_reads, cache=False))
     out = []
     with GraphImage(image_path) as image:
         targets, _ = train_targets(image, batch, batches, seed)
-        # host CPU per batch: the same command warm (every page resident)
-        cpu = []
-        traces = []
-        for i, t in enumerate(targets):
+        cpu, traces = [], []
+        for i, t in enumerate(targets):   # host CPU per batch: the same command warm (pages resident)
             traces.append(pm.read_trace(image, t, fanouts, seed + i, aggregate))
             golden.sample(image, t, fanouts, seed + i, aggregate=aggregate)
             start = time.perf_counter()
@@ -387,19 +387,24 @@ def calibrate_host(image_path, batch: int, fanouts, batches: int, seed: int, agg
         cls = MmapSampler if name == "mmap" else DirectSampler
         with cls(image_path, cold=True, cold_each_batch=True) as sampler:
             for i, t in enumerate(targets):
+                probe = pm.probe_disk(image_path, reads=probe_reads, seq_bytes=16 << 20, cache=False, seed=i,
+                                      faults=probe_reads)
+                disk = pm.SsdModel.from_probe(probe)
                 before = sampler.io.storage_reads
                 start = time.perf_counter()
                 sampler.sample(t, fanouts, seed + i, aggregate=aggregate)
                 measured = time.perf_counter() - start
                 reads = sampler.io.storage_reads - before
-                if name == "mmap":
-                    est = pm.mmap_time(traces[i], disk, cpu[i])
-                else:
-                    est = pm.direct_time(traces[i], disk, cpu[i])
+                model = pm.mmap_time if name == "mmap" else pm.direct_time
+                est = model(traces[i], disk, cpu[i])
+                est_global = model(traces[i], global_disk, cpu[i])
                 out.append(dict(backend=name, batch=batch, fanouts=list(fanouts), aggregate=aggregate, index=i,
-                                measured_s=measured, model_s=est.total_s, model_io_s=est.io_s, host_cpu_s=cpu[i],
-                                measured_reads=reads, model_reads=est.reads,
-                                residual=est.total_s / measured - 1))
+                                measured_s=measured, model_s=est.total_s, model_io_s=est.io_s,
+                                model_global_s=est_global.total_s, host_cpu_s=cpu[i], measured_reads=reads,
+                                model_reads=est.reads, fault_us=probe.mmap_fault_us,
+                                qd1_us=probe.qd1_latency_us, iops=probe.iops,
+                                residual=est.total_s / measured - 1,
+                                residual_global=est_global.total_s / measured - 1))
                 print(json.dumps(out[-1]), flush=True)
     return out
 

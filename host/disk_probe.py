@@ -176,7 +176,7 @@ def _sequential(fd: int, size: int, limit: int) -> float:
 
 def probe_disk(path_or_dir, *, reads: int = 4000, queue_depths=(1, 32, 64), file_bytes: int = 1 << 30,
                seq_bytes: int = 256 << 20, cache: str | os.PathLike | None = None, refresh: bool = False,
-               seed: int = 0) -> DiskProbe:
+               seed: int = 0, faults: int | None = None) -> DiskProbe:
     """Measure (or load the cached figures of) the disk holding ``path_or_dir``.
 
     Parameters
@@ -192,10 +192,13 @@ def probe_disk(path_or_dir, *, reads: int = 4000, queue_depths=(1, 32, 64), file
         Size of the temporary file when a directory is given.
     seq_bytes : int
         Bytes read sequentially for the bandwidth figure.
-    cache : path, optional
-        JSON cache file (default :func:`default_cache_path` of the file system's device).
+    cache : path or False, optional
+        JSON cache file (default :func:`default_cache_path` of the file system's device); False:
+        measure without reading or writing any cache.
     refresh : bool
         Measure even when a cached result exists (and overwrite it).
+    faults : int, optional
+        Major page faults measured on the mapped file (default ``reads // 4``).
 
     Raises
     ------
@@ -213,8 +216,9 @@ def probe_disk(path_or_dir, *, reads: int = 4000, queue_depths=(1, 32, 64), file
     if not path.exists():
         raise ValueError(f"Probe path {path} does not exist")
     device = _device_of(path)
-    cache_path = Path(cache) if cache is not None else default_cache_path(device)
-    if not refresh and cache_path.exists():
+    use_cache = cache is not False
+    cache_path = Path(cache) if cache not in (None, False) else default_cache_path(device)
+    if use_cache and not refresh and cache_path.exists():
         try:
             return DiskProbe.from_dict(json.loads(cache_path.read_text()))
         except (ValueError, KeyError, TypeError):
@@ -256,16 +260,18 @@ def probe_disk(path_or_dir, *, reads: int = 4000, queue_depths=(1, 32, 64), file
             seq = _sequential(fd, size, seq_bytes)
         finally:
             os.close(fd)
-        fault_s = _mmap_faults(target, np.random.default_rng(seed + 1).integers(0, size // PAGE, max(1, reads // 4)))
+        fault_pages = np.random.default_rng(seed + 1).integers(0, size // PAGE, faults or max(1, reads // 4))
+        fault_s = _mmap_faults(target, fault_pages)
     finally:
         if temp is not None:
             os.unlink(temp)
     result = DiskProbe(device=device, path=os.fspath(target), file_bytes=size, qd1_latency_us=latency_us,
                        iops=iops, seq_bandwidth_gbs=seq, reads=reads, mmap_fault_us=fault_s * 1e6,
                        when=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-    try:
-        cache_path.parent.mkdir(parents=True, exist_ok=True)
-        cache_path.write_text(json.dumps(result.to_dict(), indent=2) + "\n")
-    except OSError:
-        pass  # an unwritable cache only costs a re-measurement
+    if use_cache:
+        try:
+            cache_path.parent.mkdir(parents=True, exist_ok=True)
+            cache_path.write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+        except OSError:
+            pass  # an unwritable cache only costs a re-measurement
     return result

@@ -252,7 +252,7 @@ def _sampling_only(trace: pm.ReadTrace) -> pm.ReadTrace:
     keep_pages = trace.page_section != pm.SECTIONS.index("features")
     return dataclasses.replace(
         trace, req_section=trace.req_section[keep], req_phase=trace.req_phase[keep],
-        req_bytes=trace.req_bytes[keep], req_first_page=trace.req_first_page[keep],
+        req_bytes=trace.req_bytes[keep], req_entry=trace.req_entry[keep], req_first_page=trace.req_first_page[keep],
         req_num_pages=trace.req_num_pages[keep], pages=trace.pages[keep_pages],
         page_section=trace.page_section[keep_pages], page_phase=trace.page_phase[keep_pages], aggregate=False,
         host_gathers=[g for g in trace.host_gathers if g.section != "features"])

@@ -114,6 +114,9 @@ class ReadTrace:
         Section code (:data:`SECTIONS`) and phase (hop 0..L-1, L = aggregation) of each request.
     req_bytes : ndarray of int64
         Bytes the request asks for.
+    req_entry : ndarray of int64
+        The frontier entry (of its phase's frontier; F_{L-1} for the aggregation) the request is for;
+        -1 for the image-header reads.
     req_first_page, req_num_pages : ndarray of int64
         The 4 KiB pages the request touches.
     pages : ndarray of int64
@@ -143,6 +146,7 @@ class ReadTrace:
     req_section: np.ndarray
     req_phase: np.ndarray
     req_bytes: np.ndarray
+    req_entry: np.ndarray
     req_first_page: np.ndarray
     req_num_pages: np.ndarray
     pages: np.ndarray
@@ -301,16 +305,18 @@ def read_trace(image, targets, fanouts, seed: int, aggregate: bool = False,
         sum_row = dim * golden.SUM_ITEMSIZE
     key = rng.command_key(int(seed))
 
-    sec_parts, phase_parts, addr_parts, nbytes_parts = [], [], [], []
+    sec_parts, phase_parts, addr_parts, nbytes_parts, entry_parts = [], [], [], [], []
 
-    def emit(section: int, phase: int, addr: np.ndarray, nbytes: np.ndarray) -> None:
+    def emit(section: int, phase: int, addr: np.ndarray, nbytes: np.ndarray, entry: np.ndarray) -> None:
         sec_parts.append(np.full(addr.size, section, np.int8))
         phase_parts.append(np.full(addr.size, phase, np.int8))
         addr_parts.append(addr.astype(np.int64))
         nbytes_parts.append(np.broadcast_to(np.asarray(nbytes, np.int64), addr.shape).copy())
+        entry_parts.append(np.asarray(entry, np.int64))
 
     if granularity == "rtl":
-        emit(_HEADER, 0, np.arange(_RTL_HEADER_READS, dtype=np.int64) * 8, np.int64(8))
+        emit(_HEADER, 0, np.arange(_RTL_HEADER_READS, dtype=np.int64) * 8, np.int64(8),
+             np.full(_RTL_HEADER_READS, -1))
     gathers: list[Gather] = []
     frontier_sizes, edge_counts = [], []
     consumed = 0
@@ -384,6 +390,7 @@ def read_trace(image, targets, fanouts, seed: int, aggregate: bool = False,
         phase_parts.append(np.full(addrs.size, hop, np.int8))
         addr_parts.append(addrs)
         nbytes_parts.append(nbytes)
+        entry_parts.append(ent[order])
         counts = result.counts[consumed:consumed + size]
         edge_counts.append(int(counts.sum()))
         consumed += size
@@ -396,7 +403,9 @@ def read_trace(image, targets, fanouts, seed: int, aggregate: bool = False,
         ent = np.concatenate([np.arange(last.size), np.repeat(np.arange(last.size), last_counts)])
         sub = np.concatenate([np.zeros(last.size, np.int64),
                               1 + golden.segment_runs(np.zeros(last.size, np.int64), last_counts)])
-        rows = np.concatenate([last, samples])[np.lexsort((sub, ent))]
+        agg_order = np.lexsort((sub, ent))
+        rows = np.concatenate([last, samples])[agg_order]
+        row_entry = ent[agg_order]
         start = feat_off + rows * row_bytes
         if granularity == "rtl":  # one burst per 4 KiB piece (and per 256 beats)
             first = start // PAGE_SIZE
@@ -409,9 +418,9 @@ def read_trace(image, targets, fanouts, seed: int, aggregate: bool = False,
             extra = (b_hi - b_lo - 1) // cap  # > 0 only for rows over 256 beats inside one page
             if extra.any():
                 raise ValueError("rows over 256 beats inside one page are not modelled")
-            emit(_FEATURES, num_hops, b_lo, b_hi - b_lo)
+            emit(_FEATURES, num_hops, b_lo, b_hi - b_lo, np.repeat(row_entry, pieces))
         else:
-            emit(_FEATURES, num_hops, start, np.int64(row_bytes))
+            emit(_FEATURES, num_hops, start, np.int64(row_bytes), row_entry)
         # host-side sampler's gathers: per chunk, the distinct self rows, then the distinct sample rows
         starts = np.zeros(last.size + 1, np.int64)
         np.cumsum(last_counts, out=starts[1:])
@@ -428,11 +437,12 @@ def read_trace(image, targets, fanouts, seed: int, aggregate: bool = False,
     req_phase = np.concatenate(phase_parts) if phase_parts else np.zeros(0, np.int8)
     req_addr = np.concatenate(addr_parts) if addr_parts else np.zeros(0, np.int64)
     req_bytes = np.concatenate(nbytes_parts) if nbytes_parts else np.zeros(0, np.int64)
+    req_entry = np.concatenate(entry_parts) if entry_parts else np.zeros(0, np.int64)
     first = req_addr // PAGE_SIZE
     num_pages = (req_addr + np.maximum(req_bytes, 1) - 1) // PAGE_SIZE - first + 1
     pages = np.repeat(first, num_pages) + golden.segment_runs(np.zeros(first.size, np.int64), num_pages)
     return ReadTrace(
-        req_section=req_section, req_phase=req_phase, req_bytes=req_bytes, req_first_page=first,
+        req_section=req_section, req_phase=req_phase, req_bytes=req_bytes, req_entry=req_entry, req_first_page=first,
         req_num_pages=num_pages, pages=pages, page_section=np.repeat(req_section, num_pages),
         page_phase=np.repeat(req_phase, num_pages), num_targets=int(targets.size), fanouts=fanouts,
         aggregate=bool(aggregate), granularity=granularity, frontier_entries=frontier_sizes, edges=edge_counts,
@@ -683,6 +693,16 @@ class DeviceModel:
         ``p2p``: host CPU per P2P read submitted (0: the drive binds).
     ddr_bytes : int
         ``p2p``: on-board DDR; the indptr lives there, the rest can be the page pool.
+    method : {"event", "analytic"}
+        ``flash`` attachment: ``event`` replays the trace through the kernel's storage masters (each
+        with ``outstanding_reads`` in flight and answers in order, as AXI with one ID answers), the
+        sequencer's indptr prefetch window, the lanes' collectors (one id per cycle), the shared
+        flash (one page read started per 1/IOPS, ``latency`` later, moved at the bandwidth) and the
+        cache (hits after ``dram_latency_ns``), hop by hop with a drain at every boundary: the
+        co-simulation's storage model, without the RTL. ``analytic``: per phase the slowest of
+        IOPS, Little's law and compute, plus ``latency_rounds_per_hop`` dependent latencies.
+    dram_latency_ns, boundary_cycles :
+        ``event``: a cache hit's latency; cycles a hop boundary or the start costs besides the drain.
 
     Raises
     ------
@@ -702,10 +722,15 @@ class DeviceModel:
     p2p_queue_depth: int = 128
     p2p_host_us_per_read: float = 0.0
     ddr_bytes: int = 4 << 30
+    method: str = "event"
+    dram_latency_ns: float = 200.0
+    boundary_cycles: int = 100
 
     def __post_init__(self):
         if self.attachment not in ("flash", "p2p"):
             raise ValueError(f"Attachment must be 'flash' or 'p2p', not {self.attachment!r}")
+        if self.method not in ("event", "analytic"):
+            raise ValueError(f"Method must be 'event' or 'analytic', not {self.method!r}")
         if self.clock_mhz is None:
             self.clock_mhz = self.config.clock_mhz
         for field in ("clock_mhz", "cycles_per_edge_per_lane", "agg_beats_per_cycle", "pcie_gbs"):
@@ -730,9 +755,11 @@ class DeviceModel:
         cache = cache if cache is not None else PageCache(0)
         if self.attachment == "p2p":
             return self._p2p_time(trace, cache)
+        hit = cache.access(trace.pages)
+        if self.method == "event":
+            return self._event_time(trace, hit)
         cfg = self.config
         lat = self.ssd.latency_us * 1e-6
-        hit = cache.access(trace.pages)
         phases = []
         for phase in range(trace.num_phases):
             in_phase = trace.page_phase == phase
@@ -764,6 +791,131 @@ class DeviceModel:
             phases.append(dict(phase=phase, flash_reads=n_flash, cache_hits=int((in_phase & hit).sum()),
                                flash_s=flash_s, compute_s=compute_s, latency_s=latency_s, time_s=time_s,
                                bound=bound))
+        return self._finish(trace, phases, int((~hit).sum()), int(hit.sum()))
+
+    def _event_time(self, trace: ReadTrace, hit: np.ndarray) -> DeviceTime:
+        """Replay of the trace through the kernel's storage masters (see ``method``)."""
+        cfg = self.config
+        cyc = 1.0 / (self.clock_mhz * 1e6)
+        lat = self.ssd.latency_us * 1e-6
+        dram = self.dram_latency_ns * 1e-9
+        gap = 1.0 / self.ssd.iops
+        xfer = PAGE_SIZE / (self.ssd.bandwidth_gbs * 1e9)
+        depth = cfg.outstanding_reads
+        ahead = max(2, cfg.outstanding_reads // 2)          # the sequencer's indptr prefetch (rtl/kernel.py)
+        page_start = np.zeros(trace.requests + 1, np.int64)
+        np.cumsum(trace.req_num_pages, out=page_start[1:])
+        hit_l = hit.tolist()
+        # The flash starts one page read per slot of 1/IOPS (or per page transfer at the bandwidth, if
+        # longer). Requests are replayed per master, not in global time order, so a read takes the first
+        # free slot at or after its issue time (a union-find over slot numbers: order-independent).
+        gap = max(gap, xfer)
+        next_free: dict[int, int] = {}
+
+        def take_slot(slot: int) -> int:
+            path = []
+            while slot in next_free:
+                path.append(slot)
+                slot = next_free[slot]
+            for p in path:
+                next_free[p] = slot + 1
+            next_free[slot] = slot + 1
+            return slot
+
+        def serve(t: float, r: int) -> float:
+            ready = t + dram
+            for p in range(page_start[r], page_start[r + 1]):
+                if not hit_l[p]:
+                    issue = take_slot(math.ceil(t / gap - 1e-9)) * gap
+                    ready = max(ready, issue + lat + xfer)
+            return ready
+
+        class Master:  # an AXI read master: `depth` in flight, answers in order, one issue per cycle
+            def __init__(self):
+                self.done: collections.deque[float] = collections.deque()
+                self.last_issue = -cyc
+                self.last_ready = 0.0
+
+            def read(self, t: float, r: int) -> float:
+                t = max(t, self.last_issue + cyc)
+                if len(self.done) >= depth:
+                    t = max(t, self.done.popleft())
+                self.last_issue = t
+                ready = max(serve(t, r), self.last_ready)
+                self.last_ready = ready
+                self.done.append(ready)
+                return ready
+
+        sections = trace.req_section.tolist()
+        phases_of = trace.req_phase.tolist()
+        entries = trace.req_entry.tolist()
+        nbytes = trace.req_bytes.tolist()
+        id_bytes = trace.id_bytes
+        num_hops = len(trace.fanouts)
+        t = self.boundary_cycles * cyc
+        phases = []
+        seq = Master()
+        r = 0
+        n_req = trace.requests
+        header_end = t
+        while r < n_req and sections[r] == _HEADER:            # the image header: one round
+            header_end = max(header_end, seq.read(t, r))
+            r += 1
+        t = header_end
+        for phase in range(trace.num_phases):
+            start = t
+            first_r = r
+            end = t
+            if phase < num_hops:
+                n = trace.frontier_entries[phase]
+                indptr_done = [t] * n
+                dispatch = [t] * n
+                lanes = [Master() for _ in range(cfg.lanes)]
+                collect = [t] * cfg.lanes
+                last_dispatch = t
+                while r < n_req and phases_of[r] == phase:
+                    e = entries[r]
+                    if sections[r] == _INDPTR:
+                        gate = dispatch[e - ahead] if e >= ahead else t
+                        ready = seq.read(max(t, gate), r)
+                        indptr_done[e] = max(indptr_done[e], ready)
+                        dispatch[e] = max(indptr_done[e], (dispatch[e - 1] if e else t) + cyc)
+                        last_dispatch = max(last_dispatch, dispatch[e])
+                        end = max(end, dispatch[e])
+                    else:
+                        lane = e % cfg.lanes
+                        ready = lanes[lane].read(dispatch[e], r)
+                        ids = max(1, nbytes[r] // id_bytes)
+                        collect[lane] = max(collect[lane], ready) + ids * self.cycles_per_edge_per_lane * cyc
+                        end = max(end, collect[lane])
+                    r += 1
+                end = max(end, last_dispatch)
+            else:
+                agg = Master()
+                proc = t
+                while r < n_req and phases_of[r] == phase:
+                    ready = agg.read(t, r)
+                    beats = max(1, -(-nbytes[r] // cfg.data_bytes))
+                    proc = max(proc, ready) + beats / self.agg_beats_per_cycle * cyc
+                    r += 1
+                end = max(end, proc)
+            t = end + self.boundary_cycles * cyc
+            in_phase = trace.page_phase == phase
+            n_flash = int((in_phase & ~hit).sum())
+            compute_s = self._compute_s(trace, phase)
+            flash_s = n_flash / self.ssd.iops
+            time_s = t - start + (header_end - self.boundary_cycles * cyc if phase == 0 else 0.0)
+            if compute_s >= 0.5 * time_s:
+                bound = "kernel clock"
+            elif flash_s >= 0.5 * time_s:
+                bound = "flash IOPS"
+            elif n_flash:
+                bound = "flash latency"
+            else:
+                bound = "kernel clock"
+            phases.append(dict(phase=phase, requests=r - first_r, flash_reads=n_flash,
+                               cache_hits=int((in_phase & hit).sum()), flash_s=flash_s, compute_s=compute_s,
+                               latency_s=0.0, time_s=time_s, bound=bound))
         return self._finish(trace, phases, int((~hit).sum()), int(hit.sum()))
 
     def _p2p_time(self, trace: ReadTrace, pool: PageCache) -> DeviceTime:

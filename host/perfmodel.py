@@ -794,57 +794,46 @@ class DeviceModel:
         return self._finish(trace, phases, int((~hit).sum()), int(hit.sum()))
 
     def _event_time(self, trace: ReadTrace, hit: np.ndarray) -> DeviceTime:
-        """Replay of the trace through the kernel's storage masters (see ``method``)."""
+        """Replay of the trace through the kernel's storage masters (see ``method``).
+
+        Each master (the sequencer's, one per lane, the aggregator's) issues at most one read per
+        cycle, keeps ``outstanding_reads`` in flight and gets its answers in order (a hit waits behind
+        an earlier miss). The flash starts one page read per slot of 1/IOPS (or per page transfer, if
+        longer). Requests are replayed master by master, not in global time order, so a flash read
+        takes the first free slot at or after its issue time (a union-find over slot numbers, which
+        makes the result independent of the replay order)."""
         cfg = self.config
         cyc = 1.0 / (self.clock_mhz * 1e6)
         lat = self.ssd.latency_us * 1e-6
         dram = self.dram_latency_ns * 1e-9
-        gap = 1.0 / self.ssd.iops
         xfer = PAGE_SIZE / (self.ssd.bandwidth_gbs * 1e9)
+        gap = max(1.0 / self.ssd.iops, xfer)
+        lat_x = lat + xfer
         depth = cfg.outstanding_reads
         ahead = max(2, cfg.outstanding_reads // 2)          # the sequencer's indptr prefetch (rtl/kernel.py)
-        page_start = np.zeros(trace.requests + 1, np.int64)
-        np.cumsum(trace.req_num_pages, out=page_start[1:])
-        hit_l = hit.tolist()
-        # The flash starts one page read per slot of 1/IOPS (or per page transfer at the bandwidth, if
-        # longer). Requests are replayed per master, not in global time order, so a read takes the first
-        # free slot at or after its issue time (a union-find over slot numbers: order-independent).
-        gap = max(gap, xfer)
+        misses = np.zeros(trace.requests, np.int64)
+        if trace.requests:
+            owner = np.repeat(np.arange(trace.requests), trace.req_num_pages)
+            np.add.at(misses, owner, ~hit)
+        miss_l = misses.tolist()
         next_free: dict[int, int] = {}
+        ceil = math.ceil
 
-        def take_slot(slot: int) -> int:
-            path = []
-            while slot in next_free:
-                path.append(slot)
-                slot = next_free[slot]
-            for p in path:
-                next_free[p] = slot + 1
-            next_free[slot] = slot + 1
-            return slot
-
-        def serve(t: float, r: int) -> float:
+        def flash_ready(t: float, n: int) -> float:
+            """Ready time of a request issued at ``t`` with ``n`` flash pages."""
             ready = t + dram
-            for p in range(page_start[r], page_start[r + 1]):
-                if not hit_l[p]:
-                    issue = take_slot(math.ceil(t / gap - 1e-9)) * gap
-                    ready = max(ready, issue + lat + xfer)
+            for _ in range(n):
+                slot = ceil(t / gap - 1e-9)
+                root = slot
+                while root in next_free:
+                    root = next_free[root]
+                while slot != root:                          # path compression
+                    nxt = next_free.get(slot, root)
+                    next_free[slot] = root + 1
+                    slot = nxt
+                next_free[root] = root + 1
+                ready = max(ready, root * gap + lat_x)
             return ready
-
-        class Master:  # an AXI read master: `depth` in flight, answers in order, one issue per cycle
-            def __init__(self):
-                self.done: collections.deque[float] = collections.deque()
-                self.last_issue = -cyc
-                self.last_ready = 0.0
-
-            def read(self, t: float, r: int) -> float:
-                t = max(t, self.last_issue + cyc)
-                if len(self.done) >= depth:
-                    t = max(t, self.done.popleft())
-                self.last_issue = t
-                ready = max(serve(t, r), self.last_ready)
-                self.last_ready = ready
-                self.done.append(ready)
-                return ready
 
         sections = trace.req_section.tolist()
         phases_of = trace.req_phase.tolist()
@@ -852,15 +841,35 @@ class DeviceModel:
         nbytes = trace.req_bytes.tolist()
         id_bytes = trace.id_bytes
         num_hops = len(trace.fanouts)
+        edge_cyc = self.cycles_per_edge_per_lane * cyc
+        beat_cyc = cyc / self.agg_beats_per_cycle
+        data_bytes = cfg.data_bytes
+        n_req = trace.requests
+        # master state: [last issue, last ready, deque of ready times]
+        seq = [-cyc, 0.0, collections.deque()]
+
+        def issue(m, t: float, r: int) -> float:
+            t = max(t, m[0] + cyc)
+            done = m[2]
+            if len(done) >= depth:
+                t = max(t, done.popleft())
+            m[0] = t
+            n = miss_l[r]
+            ready = flash_ready(t, n) if n else t + dram
+            if ready < m[1]:
+                ready = m[1]
+            m[1] = ready
+            done.append(ready)
+            return ready
+
         t = self.boundary_cycles * cyc
         phases = []
-        seq = Master()
         r = 0
-        n_req = trace.requests
         header_end = t
         while r < n_req and sections[r] == _HEADER:            # the image header: one round
-            header_end = max(header_end, seq.read(t, r))
+            header_end = max(header_end, issue(seq, t, r))
             r += 1
+        header_s = header_end - t
         t = header_end
         for phase in range(trace.num_phases):
             start = t
@@ -870,33 +879,36 @@ class DeviceModel:
                 n = trace.frontier_entries[phase]
                 indptr_done = [t] * n
                 dispatch = [t] * n
-                lanes = [Master() for _ in range(cfg.lanes)]
+                lanes = [[-cyc, 0.0, collections.deque()] for _ in range(cfg.lanes)]
                 collect = [t] * cfg.lanes
-                last_dispatch = t
+                num_lanes = cfg.lanes
                 while r < n_req and phases_of[r] == phase:
                     e = entries[r]
                     if sections[r] == _INDPTR:
                         gate = dispatch[e - ahead] if e >= ahead else t
-                        ready = seq.read(max(t, gate), r)
-                        indptr_done[e] = max(indptr_done[e], ready)
-                        dispatch[e] = max(indptr_done[e], (dispatch[e - 1] if e else t) + cyc)
-                        last_dispatch = max(last_dispatch, dispatch[e])
-                        end = max(end, dispatch[e])
+                        ready = issue(seq, gate if gate > t else t, r)
+                        if ready > indptr_done[e]:
+                            indptr_done[e] = ready
+                        prev = (dispatch[e - 1] if e else t) + cyc
+                        dispatch[e] = indptr_done[e] if indptr_done[e] > prev else prev
+                        if dispatch[e] > end:
+                            end = dispatch[e]
                     else:
-                        lane = e % cfg.lanes
-                        ready = lanes[lane].read(dispatch[e], r)
-                        ids = max(1, nbytes[r] // id_bytes)
-                        collect[lane] = max(collect[lane], ready) + ids * self.cycles_per_edge_per_lane * cyc
-                        end = max(end, collect[lane])
+                        lane = e % num_lanes
+                        ready = issue(lanes[lane], dispatch[e], r)
+                        ids = nbytes[r] // id_bytes or 1
+                        c = (collect[lane] if collect[lane] > ready else ready) + ids * edge_cyc
+                        collect[lane] = c
+                        if c > end:
+                            end = c
                     r += 1
-                end = max(end, last_dispatch)
             else:
-                agg = Master()
+                agg = [-cyc, 0.0, collections.deque()]
                 proc = t
                 while r < n_req and phases_of[r] == phase:
-                    ready = agg.read(t, r)
-                    beats = max(1, -(-nbytes[r] // cfg.data_bytes))
-                    proc = max(proc, ready) + beats / self.agg_beats_per_cycle * cyc
+                    ready = issue(agg, t, r)
+                    beats = -(-nbytes[r] // data_bytes) or 1
+                    proc = (proc if proc > ready else ready) + beats * beat_cyc
                     r += 1
                 end = max(end, proc)
             t = end + self.boundary_cycles * cyc
@@ -904,7 +916,7 @@ class DeviceModel:
             n_flash = int((in_phase & ~hit).sum())
             compute_s = self._compute_s(trace, phase)
             flash_s = n_flash / self.ssd.iops
-            time_s = t - start + (header_end - self.boundary_cycles * cyc if phase == 0 else 0.0)
+            time_s = t - start + (header_s if phase == 0 else 0.0)
             if compute_s >= 0.5 * time_s:
                 bound = "kernel clock"
             elif flash_s >= 0.5 * time_s:
@@ -916,6 +928,7 @@ class DeviceModel:
             phases.append(dict(phase=phase, requests=r - first_r, flash_reads=n_flash,
                                cache_hits=int((in_phase & hit).sum()), flash_s=flash_s, compute_s=compute_s,
                                latency_s=0.0, time_s=time_s, bound=bound))
+        phases[0]["time_s"] += self.boundary_cycles * cyc      # the start
         return self._finish(trace, phases, int((~hit).sum()), int(hit.sum()))
 
     def _p2p_time(self, trace: ReadTrace, pool: PageCache) -> DeviceTime:

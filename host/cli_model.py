@@ -338,6 +338,23 @@ def _cmd_project(args) -> int:
 
 # ----------------------------------------------------------------------------------- calibration
 
+def _cosim_targets(image: GraphImage, batch: int, seed: int) -> np.ndarray:
+    degree = np.diff(np.asarray(image.indptr).astype(np.int64))
+    candidates = np.flatnonzero(degree > 0)
+    return np.random.default_rng(seed + batch).choice(candidates, batch, replace=False).astype(np.uint32)
+
+
+def model_cosim_case(image: GraphImage, row: dict, method: str = "event") -> dict:
+    """The device model's figures for one co-simulated case (``row`` from :func:`calibrate_cosim`)."""
+    config = get_config(row["config"])
+    seed = row.get("seed", 1)
+    targets = _cosim_targets(image, row["batch"], seed)
+    trace = pm.read_trace(image, targets, row["fanouts"], seed, row["aggregate"], config, granularity="rtl")
+    t = pm.DeviceModel(config=config, method=method).batch_time(trace, pm.PageCache(int(row["cache_bytes"])))
+    return dict(model_requests=trace.requests, model_flash_reads=t.flash_reads, model_cache_hits=t.cache_hits,
+                model_kernel_s=t.kernel_s, residual=t.kernel_s / row["cosim_s"] - 1, phases=t.phases)
+
+
 def calibrate_cosim(image_path, cases, config_name: str = "small", seed: int = 1) -> list[dict]:
     """Device model vs co-simulation (PM983 storage model) for each case
     ``(batch, fanouts, aggregate, cache_bytes)``: one command per co-simulation run."""
@@ -351,11 +368,8 @@ def calibrate_cosim(image_path, cases, config_name: str = "small", seed: int = 1
     config = get_config(config_name)
     out = []
     with GraphImage(image_path) as image:
-        degree = np.diff(np.asarray(image.indptr).astype(np.int64))
-        candidates = np.flatnonzero(degree > 0)
         for batch, fanouts, aggregate, cache_bytes in cases:
-            targets = np.random.default_rng(seed + batch).choice(candidates, batch, replace=False)
-            targets = targets.astype(np.uint32)
+            targets = _cosim_targets(image, batch, seed)
             spec = CommandSpec(targets=targets.tolist(), fanouts=list(fanouts), seed=seed,
                                flags=int(Flags.AGGREGATE) if aggregate else 0)
             expected = golden.sample(image, targets, fanouts, seed, aggregate=aggregate, config=config)
@@ -366,19 +380,14 @@ def calibrate_cosim(image_path, cases, config_name: str = "small", seed: int = 1
             wall = time.perf_counter() - start
             res = run.results[0]
             cycles = res["header"]["cycles"]
-            measured = cycles / (config.clock_mhz * 1e6)
-            trace = pm.read_trace(image, targets, fanouts, seed, aggregate, config, granularity="rtl")
-            model = pm.DeviceModel(config=config)
-            t = model.batch_time(trace, pm.PageCache(int(cache_bytes)))
-            out.append(dict(config=config.name, batch=batch, fanouts=list(fanouts), aggregate=aggregate,
-                            cache_bytes=int(cache_bytes), cosim_cycles=cycles, cosim_s=measured,
-                            cosim_flash_pages=res["storage"]["flash_pages"],
-                            cosim_cache_hits=res["storage"]["cache_hits"],
-                            cosim_transactions=res.get("storage_reads"), model_requests=trace.requests,
-                            model_flash_reads=t.flash_reads, model_cache_hits=t.cache_hits,
-                            model_kernel_s=t.kernel_s, residual=t.kernel_s / measured - 1, wall_s=wall,
-                            phases=t.phases))
-            print(json.dumps({k: v for k, v in out[-1].items() if k != "phases"}), flush=True)
+            row = dict(config=config.name, image=os.fspath(image_path), seed=seed, batch=batch,
+                       fanouts=list(fanouts), aggregate=aggregate, cache_bytes=int(cache_bytes), cosim_cycles=cycles,
+                       cosim_s=cycles / (config.clock_mhz * 1e6), cosim_flash_pages=res["storage"]["flash_pages"],
+                       cosim_cache_hits=res["storage"]["cache_hits"], cosim_storage=res["storage"],
+                       cosim_transactions=res.get("storage_reads"), wall_s=wall)
+            row.update(model_cosim_case(image, row))
+            out.append(row)
+            print(json.dumps({k: v for k, v in row.items() if k != "phases"}), flush=True)
     return out
 
 
@@ -486,6 +495,10 @@ def _cmd_tables(args) -> int:
     cosim, host = [], []
     for path in args.cosim or []:
         cosim += json.load(open(path))
+    if cosim and args.image:  # the model's columns again, with the model as it is now
+        with GraphImage(args.image) as image:
+            for row in cosim:
+                row.update(model_cosim_case(image, row))
     for path in args.host or []:
         host += json.load(open(path))
     if cosim:
@@ -579,6 +592,7 @@ def register(subparsers) -> None:
     p = sub.add_parser("tables", help="markdown residual tables from calibration JSON files")
     p.add_argument("--cosim", nargs="*", help="calibrate-cosim JSON files")
     p.add_argument("--host", nargs="*", help="calibrate-host JSON files")
+    p.add_argument("--image", help="recompute the model's columns of the cosim rows on this image")
     p.set_defaults(func=_cmd_tables)
 
     p = sub.add_parser("probe", help="measure this machine's disk with O_DIRECT (cached)")

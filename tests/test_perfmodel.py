@@ -232,3 +232,20 @@ def test_probe_on_a_small_temp_file(tmp_path):
     assert disk.rate(4) == pytest.approx(min(probe.iops[4], disk.iops))
     with pytest.raises(ValueError, match="include 1"):
         pm.probe_disk(path, queue_depths=(4,), refresh=True)
+
+
+def test_cli_project_on_a_small_image(small_image, tmp_path, capsys):
+    import json
+
+    from smartsage.host.cli import main
+
+    out = tmp_path / "p.json"
+    assert main(["model", "project", "--image", str(small_image.path), "--batch", "16", "--fanouts", "4,3",
+                 "--batches", "4", "--train-ms", "5", "--cache-gib", "0,0.001", "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "| mmap |" in text and "device sampling + aggregation [SmartSSD P2P]" in text
+    report = json.loads(out.read_text())
+    backends = {r["backend"] for r in report["rows"]}
+    assert {"DRAM-only", "mmap", "O_DIRECT", "device sampling", "device sampling + aggregation"} <= backends
+    assert main(["model", "project", "--image", str(small_image.path), "--ssd", "PM9999"]) == 2
+    assert "Unknown SSD preset 'PM9999'" in capsys.readouterr().err

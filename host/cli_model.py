@@ -294,22 +294,29 @@ def plot_projection(report: dict, path) -> None:
     labels = [r["backend"].replace(" + ", "\n+ ").replace(" [", "\n[")
               + ("" if r["cache_gib"] is None else f"\n{r['cache_gib']:g} GiB") for r in rows]
     eb = report["epoch_batches"]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(15, 5.5), gridspec_kw={"width_ratios": [2.2, 1]})
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(13, 9), sharex=True)
+    x = np.arange(len(rows))
     bottom = np.zeros(len(rows))
     for phase, color in (("sampling", "#4c72b0"), ("features", "#dd8452"), ("train", "#55a868")):
         values = np.array([r["per_batch_s"][phase] * eb for r in rows])
-        ax1.bar(range(len(rows)), values, bottom=bottom, color=color, label=phase)
+        ax1.bar(x, values, bottom=bottom, color=color, label=phase)
         bottom += values
-    ax1.set_xticks(range(len(rows)), labels, fontsize=6.5, rotation=60, ha="right")
+    for xi, total in zip(x, bottom, strict=True):
+        ax1.annotate(f"{total:,.0f} s", (xi, total), ha="center", va="bottom", fontsize=7)
     ax1.set_ylabel("epoch time, serial (s)")
-    ax1.set_yscale("log")
     ax1.legend()
-    ax1.set_title(f"{report['num_nodes']:,} nodes, batch {report['batch']}, fanouts {report['fanouts']}, "
-                  f"{report['ssd']}", fontsize=9)
-    ax2.bar(range(len(rows)), [r["bytes_to_host"] / 1e6 for r in rows], color="#8172b3")
-    ax2.set_xticks(range(len(rows)), labels, fontsize=6.5, rotation=60, ha="right")
-    ax2.set_ylabel("bytes to the host per batch (MB)")
+    ax1.set_title(f"{report['num_nodes']:,} nodes, {report['epoch_batches']:,} batches of {report['batch']}, "
+                  f"fanouts {report['fanouts']}, {report['ssd']}, train {report['train_s'] * 1e3:g} ms/batch "
+                  f"(epoch time: stacked by phase; traffic: bytes to the host per batch)", fontsize=9)
+    traffic = np.array([r["bytes_to_host"] / 1e6 for r in rows])
+    ax2.bar(x, np.where(traffic > 0, traffic, np.nan), color="#8172b3")
+    for xi, mb in zip(x, traffic, strict=True):
+        ax2.annotate(f"{mb:,.1f} MB" if mb > 0 else "none (in memory)", (xi, max(mb, 0.1)), ha="center",
+                     va="bottom", fontsize=7)
     ax2.set_yscale("log")
+    ax2.set_ylim(bottom=0.1)
+    ax2.set_ylabel("bytes to the host per batch (MB)")
+    ax2.set_xticks(x, labels, fontsize=7, rotation=60, ha="right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -112,12 +112,12 @@ def project(image_path, *, batch: int = 1024, fanouts=(25, 10), batches: int = 2
             config_name: str = "default", clock_mhz: float | None = None, train_s: float | None = None,
             hidden: int = 256, classes: int = 172, train_nodes: int | None = None, mmap_fault_us: float | None = None,
             direct_per_read_us: float = 5.0, host_gbs: float = 10.0, measure_train: bool = False,
-            progress=None) -> dict:
+            host_sampling_s: float | None = None, progress=None) -> dict:
     """The projection (docs/performance-model.md, section 4): epoch time per backend from ``batches``
     sampled read traces of ``image_path``, extrapolated to an epoch of ``train_nodes`` targets.
 
     Host CPU per batch is measured: golden sampling of the batch a second time (its pages then
-    resident: the DRAM-only sampler), a feature gather of the batch's rows from memory (a copy at
+    resident: the DRAM-only sampler; ``host_sampling_s`` replaces it), a feature gather of the batch's rows from memory (a copy at
     ``host_gbs``). Training per batch is ``train_s`` (default 20 ms: a GPU-class GraphSAGE step, an
     assumption stated in the report); ``measure_train`` also measures a 2-layer GraphSAGE-mean step
     of the batch's shape on this machine's CPU (reported as ``train_cpu_measured_s``).
@@ -152,7 +152,8 @@ def project(image_path, *, batch: int = 1024, fanouts=(25, 10), batches: int = 2
         num_nodes = image.num_nodes
         graph_bytes = image.header.file_size
         indptr_bytes = (num_nodes + 1) * 8
-    sample_s = float(np.median(sample_cpu))
+    sample_measured_s = float(np.median(sample_cpu))
+    sample_s = sample_measured_s if host_sampling_s is None else float(host_sampling_s)
     row_bytes = dim * item
     gather_cpu = [t.node_list_entries * row_bytes / (host_gbs * 1e9) for t in traces]
     host_gather_s = float(np.mean(gather_cpu))
@@ -243,7 +244,8 @@ def project(image_path, *, batch: int = 1024, fanouts=(25, 10), batches: int = 2
     return dict(image=os.fspath(image_path), num_nodes=num_nodes, graph_bytes=graph_bytes,
                 feature_dim=dim, feature_itemsize=item, batch=batch, fanouts=list(fanouts), batches_sampled=len(traces),
                 train_candidates=candidates, epoch_batches=epoch_batches, ssd=ssd.name, config=config.name,
-                clock_mhz=clock_mhz or config.clock_mhz, host_sampling_s=sample_s, train_s=train_s,
+                clock_mhz=clock_mhz or config.clock_mhz, host_sampling_s=sample_s, host_sampling_measured_s=sample_measured_s,
+                train_s=train_s,
                 train_cpu_measured_s=train_cpu, direct_per_read_us=direct_per_read_us,
                 mmap_fault_us=mmap_fault_us or ssd.fault_us,
                 mean_device_reads=float(np.mean([t.requests for t in traces])),
@@ -331,6 +333,7 @@ def _cmd_project(args) -> int:
                      clock_mhz=args.clock_mhz, train_s=None if args.train_ms is None else args.train_ms / 1e3,
                      train_nodes=args.train_nodes, direct_per_read_us=args.direct_per_read_us,
                      measure_train=args.measure_train,
+                     host_sampling_s=None if args.host_sampling_ms is None else args.host_sampling_ms / 1e3,
                      progress=(lambda m: print(m, flush=True)) if args.progress else None)
     print(format_projection(report))
     print()
@@ -563,6 +566,8 @@ def register(subparsers) -> None:
     p.add_argument("--clock-mhz", type=float, default=None, help="kernel clock (default: the config's)")
     p.add_argument("--train-ms", type=float, default=None,
                    help="training per batch (default 20: a GPU-class step, an assumption)")
+    p.add_argument("--host-sampling-ms", type=float, default=None,
+                   help="host sampling CPU per batch (default: the golden model's, measured warm here)")
     p.add_argument("--measure-train", action="store_true",
                    help="also measure a GraphSAGE step of the batch's shape on this CPU (reported only)")
     p.add_argument("--train-nodes", type=int, default=None,

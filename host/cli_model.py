@@ -117,8 +117,8 @@ def project(image_path, *, batch: int = 1024, fanouts=(25, 10), batches: int = 2
     sampled read traces of ``image_path``, extrapolated to an epoch of ``train_nodes`` targets.
 
     Host CPU per batch is measured: golden sampling of the batch a second time (its pages then
-    resident: the DRAM-only sampler; ``host_sampling_s`` replaces it), a feature gather of the batch's rows from memory (a copy at
-    ``host_gbs``). Training per batch is ``train_s`` (default 20 ms: a GPU-class GraphSAGE step, an
+    resident: the DRAM-only sampler; ``host_sampling_s`` replaces it), a feature gather of the
+    batch's rows from memory (a copy at ``host_gbs``). Training per batch is ``train_s`` (default 20 ms: a GPU-class GraphSAGE step, an
     assumption stated in the report); ``measure_train`` also measures a 2-layer GraphSAGE-mean step
     of the batch's shape on this machine's CPU (reported as ``train_cpu_measured_s``).
 
@@ -242,7 +242,8 @@ def project(image_path, *, batch: int = 1024, fanouts=(25, 10), batches: int = 2
         r["speedup_vs_mmap_pipelined"] = mmap_row["epoch_pipelined_s"] / r["epoch_pipelined_s"]
         r["traffic_vs_mmap"] = mmap_row["bytes_to_host"] / r["bytes_to_host"] if r["bytes_to_host"] else None
     return dict(image=os.fspath(image_path), num_nodes=num_nodes, graph_bytes=graph_bytes,
-                feature_dim=dim, feature_itemsize=item, batch=batch, fanouts=list(fanouts), batches_sampled=len(traces),
+                feature_dim=dim, feature_itemsize=item, batch=batch, fanouts=list(fanouts),
+                batches_sampled=len(traces),
                 train_candidates=candidates, epoch_batches=epoch_batches, ssd=ssd.name, config=config.name,
                 clock_mhz=clock_mhz or config.clock_mhz, host_sampling_s=sample_s, host_sampling_measured_s=sample_measured_s,
                 train_s=train_s,

@@ -118,8 +118,8 @@ def project(image_path, *, batch: int = 1024, fanouts=(25, 10), batches: int = 2
 
     Host CPU per batch is measured: golden sampling of the batch a second time (its pages then
     resident: the DRAM-only sampler; ``host_sampling_s`` replaces it), a feature gather of the
-    batch's rows from memory (a copy at ``host_gbs``). Training per batch is ``train_s`` (default 20 ms: a GPU-class GraphSAGE step, an
-    assumption stated in the report); ``measure_train`` also measures a 2-layer GraphSAGE-mean step
+    batch's rows from memory (a copy at ``host_gbs``). Training per batch is ``train_s`` (default
+    20 ms: a GPU-class GraphSAGE step, an assumption stated in the report); ``measure_train`` also measures a 2-layer GraphSAGE-mean step
     of the batch's shape on this machine's CPU (reported as ``train_cpu_measured_s``).
 
     Device time is modelled on the second half of the sampled batches, after the on-board caches
@@ -245,7 +245,8 @@ def project(image_path, *, batch: int = 1024, fanouts=(25, 10), batches: int = 2
                 feature_dim=dim, feature_itemsize=item, batch=batch, fanouts=list(fanouts),
                 batches_sampled=len(traces),
                 train_candidates=candidates, epoch_batches=epoch_batches, ssd=ssd.name, config=config.name,
-                clock_mhz=clock_mhz or config.clock_mhz, host_sampling_s=sample_s, host_sampling_measured_s=sample_measured_s,
+                clock_mhz=clock_mhz or config.clock_mhz, host_sampling_s=sample_s,
+                host_sampling_measured_s=sample_measured_s,
                 train_s=train_s,
                 train_cpu_measured_s=train_cpu, direct_per_read_us=direct_per_read_us,
                 mmap_fault_us=mmap_fault_us or ssd.fault_us,

@@ -119,8 +119,9 @@ def project(image_path, *, batch: int = 1024, fanouts=(25, 10), batches: int = 2
     Host CPU per batch is measured: golden sampling of the batch a second time (its pages then
     resident: the DRAM-only sampler; ``host_sampling_s`` replaces it), a feature gather of the
     batch's rows from memory (a copy at ``host_gbs``). Training per batch is ``train_s`` (default
-    20 ms: a GPU-class GraphSAGE step, an assumption stated in the report); ``measure_train`` also measures a 2-layer GraphSAGE-mean step
-    of the batch's shape on this machine's CPU (reported as ``train_cpu_measured_s``).
+    20 ms: a GPU-class GraphSAGE step, an assumption stated in the report); ``measure_train`` also
+    measures a 2-layer GraphSAGE-mean step of the batch's shape on this machine's CPU (reported as
+    ``train_cpu_measured_s``).
 
     Device time is modelled on the second half of the sampled batches, after the on-board caches
     were warmed with the first half (a cache that starts empty every epoch would understate it; one

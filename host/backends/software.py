@@ -195,7 +195,11 @@ class _DirectReader(_PageReader):
         buffer = mmap.mmap(-1, pages.size * PAGE_SIZE)
         try:
             runs = self._runs(pages)
-            list(self._pool.map(lambda run: self._read_run(buffer, *run), runs))
+            # queue_depth workers each read an interleaved share of the runs back to back: as many reads
+            # in flight as workers, and one task per worker rather than per read (Python's per-task
+            # cost would otherwise bound the read rate, not the disk).
+            shares = [runs[w::self.queue_depth] for w in range(min(self.queue_depth, len(runs)))]
+            list(self._pool.map(lambda share: [self._read_run(buffer, *run) for run in share], shares))
             self.io.storage_reads += len(runs)
             self.io.storage_pages += int(pages.size)
             self.io.storage_bytes += int(pages.size) * PAGE_SIZE

@@ -5,9 +5,8 @@ they run on; the performance model (:mod:`smartsage.host.perfmodel`) estimates t
 same disk's figures, measured here the way the baselines read:
 
 * 4 KiB random reads at queue depths 1, 32 and 64: aligned ``os.preadv`` calls on an ``O_DIRECT``
-  file descriptor, issued from a thread pool of ``queue_depth`` workers with ``pool.map`` (one task
-  per read, exactly the ``direct`` baseline's issue path, so the Python overhead per read is part of
-  the figure);
+  file descriptor from a thread pool of ``queue_depth`` workers, each reading an interleaved share
+  back to back (the ``direct`` baseline's issue path, so its Python cost per read is in the figure);
 * 1 MiB sequential reads at queue depth 1 (bandwidth);
 * major page faults on the cold file mapped with ``MADV_RANDOM`` (the ``mmap`` baseline's path).
 
@@ -112,7 +111,7 @@ def _open_direct(path: Path) -> int:
 
 
 def _random_reads(fd: int, pages: np.ndarray, queue_depth: int) -> float:
-    """Seconds to read ``pages`` (4 KiB each) with ``queue_depth`` workers, one task per read."""
+    """Seconds to read ``pages`` (4 KiB each) with ``queue_depth`` workers."""
     buffers = [mmap.mmap(-1, PAGE) for _ in range(queue_depth)]
 
     def read(args):
@@ -127,10 +126,15 @@ def _random_reads(fd: int, pages: np.ndarray, queue_depth: int) -> float:
             for i, page in enumerate(pages):
                 read((i, page))
             return time.perf_counter() - start
+        # as the direct baseline: each of queue_depth workers reads an interleaved share back to back
+        def share(worker: int) -> None:
+            for i in range(worker, len(pages), queue_depth):
+                read((worker, pages[i]))
+
         with concurrent.futures.ThreadPoolExecutor(max_workers=queue_depth) as pool:
-            list(pool.map(read, enumerate(pages[:queue_depth])))     # start the workers
+            list(pool.map(lambda w: None, range(queue_depth)))        # start the workers
             start = time.perf_counter()
-            list(pool.map(read, enumerate(pages)))
+            list(pool.map(share, range(queue_depth)))
             return time.perf_counter() - start
     finally:
         for b in buffers:

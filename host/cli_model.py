@@ -39,18 +39,22 @@ def _floats(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, not {text!r}") from None
 
 
-def train_targets(image: GraphImage, batch: int, batches: int, seed: int) -> tuple[list[np.ndarray], int]:
+def train_targets(image: GraphImage, batch: int, batches: int, seed: int,
+                  connected: bool = False) -> tuple[list[np.ndarray], int]:
     """``batches`` batches of ``batch`` training targets drawn (seeded) from the image's train split
-    (nodes with an edge when the split is empty), and the number of candidate training nodes."""
-    degree_ok = None
+    (nodes with an edge when the split is empty; ``connected``: only train nodes with an edge, as
+    the labelled papers of ogbn-papers100M all cite), and the number of candidate training nodes."""
     try:
         split = np.asarray(image.split)
         candidates = np.flatnonzero(split == 1)
     except Exception:  # no split section
         candidates = np.zeros(0, np.int64)
-    if candidates.size == 0:
-        degree_ok = np.diff(np.asarray(image.indptr).astype(np.int64)) > 0
-        candidates = np.flatnonzero(degree_ok)
+    if candidates.size == 0 or connected:
+        indptr = np.asarray(image.indptr)
+        if candidates.size == 0:
+            candidates = np.flatnonzero(np.diff(indptr.astype(np.int64)) > 0)
+        else:
+            candidates = candidates[indptr[candidates + 1] > indptr[candidates]]
     generator = np.random.default_rng(seed)
     out = []
     for _ in range(batches):
@@ -112,7 +116,8 @@ def project(image_path, *, batch: int = 1024, fanouts=(25, 10), batches: int = 2
             config_name: str = "default", clock_mhz: float | None = None, train_s: float | None = None,
             hidden: int = 256, classes: int = 172, train_nodes: int | None = None, mmap_fault_us: float | None = None,
             direct_per_read_us: float = 5.0, host_gbs: float = 10.0, measure_train: bool = False,
-            host_sampling_s: float | None = None, mmap_host_cache_gib=(0,), progress=None) -> dict:
+            host_sampling_s: float | None = None, mmap_host_cache_gib=(0,), connected: bool = False,
+            progress=None) -> dict:
     """The projection (docs/performance-model.md, section 4): epoch time per backend from ``batches``
     sampled read traces of ``image_path``, extrapolated to an epoch of ``train_nodes`` targets.
 
@@ -131,7 +136,7 @@ def project(image_path, *, batch: int = 1024, fanouts=(25, 10), batches: int = 2
     config = get_config(config_name)
     say = progress or (lambda *_: None)
     with GraphImage(image_path) as image:
-        targets, candidates = train_targets(image, batch, batches, seed)
+        targets, candidates = train_targets(image, batch, batches, seed, connected)
         epoch_batches = int(np.ceil((train_nodes or candidates) / batch))
         dim = image.feature_dim or feature_dim
         item = image.header.feature_row_bytes // image.feature_dim if image.feature_dim else feature_itemsize
@@ -269,6 +274,10 @@ def project(image_path, *, batch: int = 1024, fanouts=(25, 10), batches: int = 2
                 train_s=train_s,
                 train_cpu_measured_s=train_cpu, direct_per_read_us=direct_per_read_us,
                 mmap_fault_us=mmap_fault_us or ssd.fault_us,
+                connected_targets=connected,
+                mean_frontier_entries=[float(np.mean([t.frontier_entries[h] for t in traces]))
+                                       for h in range(len(fanouts))],
+                mean_edges=[float(np.mean([t.edges[h] for t in traces])) for h in range(len(fanouts))],
                 mean_device_reads=float(np.mean([t.requests for t in traces])),
                 mean_mmap_pages=float(np.mean([t.mmap_pages().size for t in traces])), rows=rows)
 
@@ -354,6 +363,7 @@ def _cmd_project(args) -> int:
                      clock_mhz=args.clock_mhz, train_s=None if args.train_ms is None else args.train_ms / 1e3,
                      train_nodes=args.train_nodes, direct_per_read_us=args.direct_per_read_us,
                      measure_train=args.measure_train, mmap_host_cache_gib=args.mmap_host_cache_gib,
+                     connected=args.connected,
                      host_sampling_s=None if args.host_sampling_ms is None else args.host_sampling_ms / 1e3,
                      progress=(lambda m: print(m, flush=True)) if args.progress else None)
     print(format_projection(report))
@@ -589,6 +599,8 @@ def register(subparsers) -> None:
                    help="training per batch (default 20: a GPU-class step, an assumption)")
     p.add_argument("--mmap-host-cache-gib", type=_floats, default=[0],
                    help="host page cache sizes for the mmap rows (default 0: cold every batch)")
+    p.add_argument("--connected", action="store_true",
+                   help="draw targets only among train nodes with an edge (R-MAT leaves many isolated)")
     p.add_argument("--host-sampling-ms", type=float, default=None,
                    help="host sampling CPU per batch (default: the golden model's, measured warm here)")
     p.add_argument("--measure-train", action="store_true",

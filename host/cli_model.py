@@ -182,14 +182,14 @@ def project(image_path, *, batch: int = 1024, fanouts=(25, 10), batches: int = 2
         # the host page cache over the mmap'd image: cold every batch (0), or an LRU of that size kept
         # across batches (warmed on the first half of the batches, as the device caches)
         host_cache = pm.PageCache(int(host_cache_gib * GIB)) if host_cache_gib else None
-        half = len(traces) // 2 if host_cache else 0
+        half = len(traces) // 2 if host_cache is not None else 0
         for t in traces[:half]:
             host_cache.access(t.mmap_pages())
         samp, feat, to_host, reads = [], [], [], []
         for t in traces[half:]:
             pages = t.mmap_pages()
             sampling_pages = t.mmap_pages(sampling_only=True)
-            miss = ~host_cache.access(pages) if host_cache else np.ones(pages.size, bool)
+            miss = ~host_cache.access(pages) if host_cache is not None else np.ones(pages.size, bool)
             n_samp = int(np.count_nonzero(miss & np.isin(pages, sampling_pages)))
             n_all = int(miss.sum())
             fault = (mmap_fault_us or ssd.fault_us) * 1e-6

@@ -77,6 +77,11 @@ _HEADER, _INDPTR, _INDICES, _FEATURES = range(4)
 _RTL_HEADER_READS = 7
 #: RTL: a burst never crosses 4 KiB and is at most 256 beats.
 _MAX_BURST_BEATS = 256
+#: RTL: jobs a lane holds before it starts them (its job FIFO, rtl/kernel.py), and the aggregator's
+#: group of entries and chunk of accumulator words (rtl/feature_aggregator.py: SLOTS, CHUNK_BEATS).
+_LANE_JOB_SLOTS = 4
+_AGG_SLOTS = 6
+_AGG_CHUNK_WORDS = 8
 #: Rows per chunk of the golden model's aggregation (its gathers are per chunk).
 _AGG_CHUNK = golden._AGG_CHUNK
 
@@ -295,6 +300,7 @@ def read_trace(image, targets, fanouts, seed: int, aggregate: bool = False,
     if image.feature_dim:
         feat_off = header.section(SectionKind.FEATURES).offset
         row_bytes = header.feature_row_bytes
+        dim_of_rows = image.feature_dim
         sum_row = image.feature_dim * golden.SUM_ITEMSIZE
     else:
         dim = int(feature_dim or 0)
@@ -302,6 +308,7 @@ def read_trace(image, targets, fanouts, seed: int, aggregate: bool = False,
             raise ValueError("AGGREGATE on a featureless image needs feature_dim (the virtual feature rows)")
         feat_off = align_up(header.file_size)
         row_bytes = dim * int(feature_itemsize)
+        dim_of_rows = dim
         sum_row = dim * golden.SUM_ITEMSIZE
     key = rng.command_key(int(seed))
 
@@ -407,18 +414,36 @@ def read_trace(image, targets, fanouts, seed: int, aggregate: bool = False,
         rows = np.concatenate([last, samples])[agg_order]
         row_entry = ent[agg_order]
         start = feat_off + rows * row_bytes
-        if granularity == "rtl":  # one burst per 4 KiB piece (and per 256 beats)
+        if granularity == "rtl":
+            # as rtl/feature_aggregator.py issues them: groups of _AGG_SLOTS entries; per group and per
+            # chunk of the row (_AGG_CHUNK_WORDS accumulator words of data_width / 32 elements), the
+            # samples' rows sample-major (u_0 of every entry, then u_1, ...), then the self rows; each
+            # piece one burst, split at 4 KiB
+            itemsize = max(1, row_bytes // max(1, dim_of_rows))
+            chunk_bytes = _AGG_CHUNK_WORDS * (config.data_width // 32) * itemsize
+            n_chunks = max(1, -(-row_bytes // chunk_bytes))
+            n_last = last.size
+            group = np.concatenate([np.arange(n_last), np.repeat(np.arange(n_last), last_counts)]) // _AGG_SLOTS
+            kind = np.concatenate([np.ones(n_last, np.int64), np.zeros(samples.size, np.int64)])
+            j = np.concatenate([np.zeros(n_last, np.int64),
+                                golden.segment_runs(np.zeros(n_last, np.int64), last_counts)])
+            all_rows = np.concatenate([last, samples])
+            rep = np.repeat(np.arange(all_rows.size), n_chunks)
+            chunk = np.tile(np.arange(n_chunks), all_rows.size)
+            order = np.lexsort((ent[rep], j[rep], kind[rep], chunk, group[rep]))
+            rep, chunk = rep[order], chunk[order]
+            c_lo = chunk * chunk_bytes
+            c_len = np.minimum(chunk_bytes, row_bytes - c_lo)
+            start = feat_off + all_rows[rep] * row_bytes + c_lo
             first = start // PAGE_SIZE
-            pieces = (start + row_bytes - 1) // PAGE_SIZE - first + 1
-            idx = golden.segment_runs(np.zeros(rows.size, np.int64), pieces)
-            p_lo = np.maximum(np.repeat(first, pieces) + idx, 0) * PAGE_SIZE
+            pieces = (start + c_len - 1) // PAGE_SIZE - first + 1
+            idx = golden.segment_runs(np.zeros(start.size, np.int64), pieces)
+            p_lo = (np.repeat(first, pieces) + idx) * PAGE_SIZE
             b_lo = np.maximum(p_lo, np.repeat(start, pieces))
-            b_hi = np.minimum(p_lo + PAGE_SIZE, np.repeat(start + row_bytes, pieces))
-            cap = _MAX_BURST_BEATS * beat
-            extra = (b_hi - b_lo - 1) // cap  # > 0 only for rows over 256 beats inside one page
-            if extra.any():
-                raise ValueError("rows over 256 beats inside one page are not modelled")
-            emit(_FEATURES, num_hops, b_lo, b_hi - b_lo, np.repeat(row_entry, pieces))
+            b_hi = np.minimum(p_lo + PAGE_SIZE, np.repeat(start + c_len, pieces))
+            if ((b_hi - b_lo - 1) // (_MAX_BURST_BEATS * beat)).any():
+                raise ValueError("row pieces over 256 beats inside one page are not modelled")
+            emit(_FEATURES, num_hops, b_lo, b_hi - b_lo, np.repeat(ent[rep], pieces))
         else:
             emit(_FEATURES, num_hops, start, np.int64(row_bytes), row_entry)
         # host-side sampler's gathers: per chunk, the distinct self rows, then the distinct sample rows
@@ -592,6 +617,14 @@ class PageCache:
     def clear(self) -> None:
         self._pages.clear()
 
+    def snapshot(self) -> tuple:
+        """The cache's state (pages in LRU order, counters), for :meth:`restore`."""
+        return collections.OrderedDict(self._pages), self.hits, self.misses
+
+    def restore(self, state: tuple) -> None:
+        pages, self.hits, self.misses = state
+        self._pages = collections.OrderedDict(pages)
+
     def access(self, pages) -> np.ndarray:
         """Run ``pages`` (page ids, in order) through the cache; returns the hit mask (bool array)."""
         pages = np.asarray(pages, np.int64).reshape(-1)
@@ -755,6 +788,18 @@ class DeviceModel:
         cache = cache if cache is not None else PageCache(0)
         if self.attachment == "p2p":
             return self._p2p_time(trace, cache)
+        if self.method == "event" and cache.capacity_pages:
+            # The cache sees the reads in the order they are issued, which is not the trace's order
+            # (the indptr prefetch runs ahead of the index reads; lanes interleave). The order is
+            # taken from a replay without cache (so it is the same for every cache size, and a larger
+            # LRU cache hits a superset: time never rises with the cache), then the pages are looked
+            # up in that order and the trace replayed with those hits.
+            issued = np.zeros(trace.requests)
+            self._event_time(trace, np.zeros(trace.pages.size, bool), issued)
+            order = np.argsort(np.repeat(issued, trace.req_num_pages), kind="stable")
+            hit = np.empty(trace.pages.size, bool)
+            hit[order] = cache.access(trace.pages[order])
+            return self._event_time(trace, hit)
         hit = cache.access(trace.pages)
         if self.method == "event":
             return self._event_time(trace, hit)
@@ -793,7 +838,7 @@ class DeviceModel:
                                bound=bound))
         return self._finish(trace, phases, int((~hit).sum()), int(hit.sum()))
 
-    def _event_time(self, trace: ReadTrace, hit: np.ndarray) -> DeviceTime:
+    def _event_time(self, trace: ReadTrace, hit: np.ndarray, issued: np.ndarray | None = None) -> DeviceTime:
         """Replay of the trace through the kernel's storage masters (see ``method``).
 
         Each master (the sequencer's, one per lane, the aggregator's) issues at most one read per
@@ -854,6 +899,8 @@ class DeviceModel:
             if len(done) >= depth:
                 t = max(t, done.popleft())
             m[0] = t
+            if issued is not None:
+                issued[r] = t
             n = miss_l[r]
             ready = flash_ready(t, n) if n else t + dram
             if ready < m[1]:
@@ -882,6 +929,9 @@ class DeviceModel:
                 lanes = [[-cyc, 0.0, collections.deque()] for _ in range(cfg.lanes)]
                 collect = [t] * cfg.lanes
                 num_lanes = cfg.lanes
+                lane_of: dict[int, int] = {}
+                job_starts = [collections.deque(maxlen=_LANE_JOB_SLOTS) for _ in range(cfg.lanes)]
+                last_lane = num_lanes - 1
                 while r < n_req and phases_of[r] == phase:
                     e = entries[r]
                     if sections[r] == _INDPTR:
@@ -894,8 +944,29 @@ class DeviceModel:
                         if dispatch[e] > end:
                             end = dispatch[e]
                     else:
-                        lane = e % num_lanes
+                        lane = lane_of.get(e)
+                        if lane is None:  # the job goes to the next lane in turn with room in its job FIFO
+                            t_d = dispatch[e]
+                            lane, wait = None, None
+                            for k in range(1, num_lanes + 1):
+                                cand = (last_lane + k) % num_lanes
+                                starts = job_starts[cand]
+                                if len(starts) < _LANE_JOB_SLOTS or starts[-_LANE_JOB_SLOTS] <= t_d:
+                                    lane = cand
+                                    break
+                                free = starts[-_LANE_JOB_SLOTS]
+                                if wait is None or free < wait:
+                                    wait, lane_w = free, cand
+                            if lane is None:
+                                lane, dispatch[e] = lane_w, wait
+                            last_lane = lane
+                            lane_of[e] = lane
+                            first_read = True
+                        else:
+                            first_read = False
                         ready = issue(lanes[lane], dispatch[e], r)
+                        if first_read:
+                            job_starts[lane].append(lanes[lane][0])
                         ids = nbytes[r] // id_bytes or 1
                         c = (collect[lane] if collect[lane] > ready else ready) + ids * edge_cyc
                         collect[lane] = c

@@ -1,8 +1,9 @@
 """``smartsage bench outofcore``: GraphSAGE training on an image larger than the memory it is given.
 
-Every backend (dram, mmap, direct, device) runs the same batches in a child process confined to
-``--memory-budget`` by a memory cgroup (dram, which holds the whole image, runs unconfined: it is the
-upper bound). Writes a markdown table (``-o``), the JSON of every batch and a plot beside it. See
+Every backend (dram, mmap, direct, device) runs the same batches in a child process; mmap and direct,
+whose reads go through the host's memory, are confined to ``--memory-budget`` by a memory cgroup (dram
+holds the whole image: the upper bound; the device's reads are the card's and its time is modelled).
+Writes a markdown table (``-o``), the JSON of every batch and a plot beside it. See
 smartsage.host.outofcore and docs/outofcore.md.
 """
 

@@ -11,10 +11,12 @@ each in a child process of its own:
 ``mmap``, ``direct``
     The software baselines (:mod:`smartsage.host.backends.software`), confined to the memory budget.
 ``device``
-    The golden model, the device's function, confined like the baselines: it provides the batches
-    (identical to every other backend's) on which the host's block building and training are
-    measured; the device's own command time is modelled (:mod:`smartsage.host.perfmodel`, see
-    docs/performance-model.md), since no SmartSSD is attached here.
+    The golden model, the device's function: it provides the batches (identical to every other
+    backend's) on which the host's block building and training are measured; the device's own
+    command time is modelled (:mod:`smartsage.host.perfmodel`, see docs/performance-model.md), since
+    no SmartSSD is attached here. It runs unconfined: its storage reads and its device memory (the
+    driver's model of the card's DDR, hundreds of MB) are the card's, not the host's, and the host
+    phases it measures (blocks, compute) do no I/O.
 
 Confinement is a memory cgroup (:mod:`smartsage.host.memlimit`): the child joins a group limited to
 the budget before it executes anything, so its own memory and the page cache it faults in share
@@ -49,6 +51,10 @@ __all__ = ["OutOfCoreConfig", "OutOfCoreError", "BACKENDS", "run_experiment", "m
            "check_inputs"]
 
 BACKENDS = ("dram", "mmap", "direct", "device")
+#: The backends whose storage reads go through the host's memory: these run under the budget.
+CONFINED = ("mmap", "direct")
+CONFINEMENT_NOTE = ("mmap and direct each in a memory cgroup of the budget (dram holds the whole image and the "
+                    "device stand-in reads the card's storage: both unconfined)")
 PHASES = ("sampling", "aggregation", "blocks", "compute")
 #: The image must be at least this many times larger than the memory budget.
 MIN_IMAGE_RATIO = 4.0
@@ -251,7 +257,7 @@ def _run_child(config: OutOfCoreConfig, backend: str, workdir: pathlib.Path, log
     spec_path, out_path, err_path = (workdir / f"{backend}.{x}" for x in ("spec.json", "json", "log"))
     spec_path.write_text(json.dumps(spec))
     out_path.unlink(missing_ok=True)
-    confined = config.confine and backend != "dram"
+    confined = config.confine and backend in CONFINED
     group = MemoryCgroup.create(config.memory_budget, name=f"smartsage-ooc-{os.getpid()}-{backend}",
                                 io_of=config.image) if confined else None
     _drop_image_cache(config.image)
@@ -499,7 +505,7 @@ def markdown_report(results: dict, command: str) -> str:
         f"{results['image'].get('num_edges', 0):,} CSR entries, {results['image'].get('feature_row_bytes', 0)} "
         f"feature bytes per node, {_gib(results['image_bytes'])}; memory budget {_gib(cfg['memory_budget'])} "
         f"({results['image_bytes'] / cfg['memory_budget']:.1f}x smaller than the image), "
-        f"{'a memory cgroup per backend' if cfg['confine'] else 'NO cgroup: page cache dropped before every batch'}"
+        f"{CONFINEMENT_NOTE if cfg['confine'] else 'NO cgroup: page cache dropped before every batch'}"
         f"; batch {cfg['batch_size']}, fanouts {','.join(map(str, cfg['fanouts']))}, {cfg['batches']} serial + "
         f"{cfg['batches']} pipelined batches per backend (prefetch {cfg['prefetch']}); an epoch is {epoch:,} batches. "
         f"Machine: {results['machine'].get('cpus')} CPUs, load average "

@@ -80,15 +80,14 @@ def run(args) -> int:
 
 
 def _build(args) -> None:
-    import time
-
-    from .graphs.communities import NodeDataConfig
-    from .graphs.rmat import RmatConfig, generate_rmat
+    """The image, as ``smartsage graph generate --kind rmat --scale S --edge-factor E --feature-dim F --seed 0``."""
+    from .cli import main
 
     args.image.parent.mkdir(parents=True, exist_ok=True)
-    print(f"building {args.image} (R-MAT scale {args.scale}, edge factor {args.edge_factor}, "
-          f"{args.feature_dim} fp32 features)", file=sys.stderr)
-    start = time.perf_counter()
-    generate_rmat(args.image, RmatConfig(scale=args.scale, edge_factor=args.edge_factor, seed=0),
-                  NodeDataConfig(feature_dim=args.feature_dim, seed=0))
-    print(f"built in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    print(f"building {args.image}: smartsage graph generate --kind rmat --scale {args.scale} --edge-factor "
+          f"{args.edge_factor} --feature-dim {args.feature_dim} --seed 0", file=sys.stderr)
+    status = main(["graph", "generate", "--kind", "rmat", "--scale", str(args.scale), "--edge-factor",
+                   str(args.edge_factor), "--feature-dim", str(args.feature_dim), "--seed", "0", "--no-progress",
+                   "-o", str(args.image)])
+    if status:
+        raise SystemExit(status)

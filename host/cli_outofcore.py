@@ -46,6 +46,8 @@ def register_into(bench_subparsers) -> None:
     p.add_argument("--workdir", type=pathlib.Path, default=pathlib.Path("build/outofcore"))
     p.add_argument("-o", "--output", type=pathlib.Path,
                    help="markdown report; the JSON (.json) and the plot (.png) are written beside it")
+    p.add_argument("--from-json", type=pathlib.Path, metavar="JSON",
+                   help="measure nothing: write the report and plot of an earlier run's JSON again")
     p.set_defaults(func=run)
 
 
@@ -60,9 +62,17 @@ def run(args) -> int:
                                  fanouts=args.fanouts, hidden=args.hidden, seed=args.seed, batches=args.batches,
                                  backends=tuple(b.strip() for b in args.backends.split(",") if b.strip()),
                                  confine=args.confine, kernel_config=args.config, prefetch=args.prefetch)
-        if args.build and not args.image.exists():
-            _build(args)
-        results = run_experiment(config, workdir=args.workdir / "runs", log=lambda line: print(line, file=sys.stderr))
+        if args.from_json:
+            import json
+
+            results = json.loads(args.from_json.read_text())
+            command = results.get("command", command)
+        else:
+            if args.build and not args.image.exists():
+                _build(args)
+            results = run_experiment(config, workdir=args.workdir / "runs",
+                                     log=lambda line: print(line, file=sys.stderr))
+            results["command"] = command
     except (OutOfCoreError, CgroupError) as err:
         print(f"smartsage: error: {err}", file=sys.stderr)
         return 2

@@ -448,9 +448,10 @@ def _baseline_rows(config, results, perfmodel, ssds, traces, measured, log) -> l
                     per.append({"command": t.total_s, "io": t.io_s, "blocks": blocks, "compute": compute,
                                 "serial": t.total_s + blocks + compute, "to_host": t.bytes_to_host,
                                 "pipelined": max(t.total_s, blocks + compute)})
+            storage = "flash latency (QD1 faults)" if backend == "mmap" else "flash IOPS"
             row = {"name": f"{backend} {ssd_name}", "backend": backend, "ssd": ssd_name, "cache_bytes": cache_bytes,
                    "sampling": None, "aggregation": None,
-                   "bound": "flash IOPS" if _mean(p["io"] for p in per) > _mean(p["command"] - p["io"] for p in per)
+                   "bound": storage if _mean(p["io"] for p in per) > _mean(p["command"] - p["io"] for p in per)
                    else "host software"}
             for key in ("command", "io", "blocks", "compute", "serial", "pipelined", "to_host"):
                 row[key] = _mean(p[key] for p in per)
@@ -639,32 +640,39 @@ def plot_report(results: dict, path: pathlib.Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in _rows(results) if r["serial"] is not None]
+    rows = [r for r in _rows(results) if r["serial"] is not None][::-1]  # top to bottom as in the table
     epoch = results["batches_per_epoch"]
-    names = [r["name"] + ("\n(model)" if r["kind"] == "modelled" else "") for r in rows]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [3, 2]})
-    bottom = [0.0] * len(rows)
+    names = [r["name"] + (" (model)" if r["kind"] == "modelled" else " (measured)") for r in rows]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 0.42 * len(rows) + 1.6), sharey=True,
+                                      gridspec_kw={"width_ratios": [3, 2]})
+    left_edge = [0.0] * len(rows)
     colors = {"sampling": "#4c72b0", "aggregation": "#dd8452", "blocks": "#55a868", "compute": "#c44e52"}
     unsplit = [r.get("command") if r["sampling"] is None else None for r in rows]
     if any(unsplit):  # a modelled baseline's command: not split into sampling and aggregation
-        heights = [(u or 0.0) * epoch / 3600 for u in unsplit]
-        left.bar(names, heights, bottom=bottom, label="command (model, unsplit)", color="#999999")
-        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+        widths = [(u or 0.0) * epoch / 3600 for u in unsplit]
+        left.barh(names, widths, left=left_edge, label="command (model, unsplit)", color="#999999")
+        left_edge = [b + w for b, w in zip(left_edge, widths, strict=True)]
     for phase in PHASES:
-        heights = [(r[phase] or 0.0) * epoch / 3600 for r in rows]
-        left.bar(names, heights, bottom=bottom, label=phase, color=colors[phase])
-        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
-    left.scatter(names, [(r["pipelined"] or 0) * epoch / 3600 for r in rows], marker="_", s=600, color="black",
-                 zorder=3, label="pipelined epoch")
-    left.set_ylabel("epoch time, hours (serial phases stacked)")
-    left.set_title(f"GraphSAGE epoch, image {results['image_bytes'] / results['config']['memory_budget']:.1f}x "
-                   f"the memory budget")
-    left.legend(fontsize=8)
-    right.bar(names, [(r["to_host"] or 0) / 1e6 for r in rows], color="#8172b3")
-    right.set_ylabel("MB to the host per batch")
+        widths = [(r[phase] or 0.0) * epoch / 3600 for r in rows]
+        left.barh(names, widths, left=left_edge, label=phase, color=colors[phase])
+        left_edge = [b + w for b, w in zip(left_edge, widths, strict=True)]
+    piped = [(r["pipelined"] or 0) * epoch / 3600 for r in rows]
+    left.scatter(piped, names, marker="|", s=300, color="black", zorder=3, label="pipelined epoch")
+    for y, (serial, pipe) in enumerate(zip(left_edge, piped, strict=True)):
+        left.text(max(serial, pipe), y, f"  {pipe:.2f} h", va="center", fontsize=7)
+    left.set_xlabel("epoch time, hours (bars: serial phases; |: pipelined)")
+    ratio = results["image_bytes"] / results["config"]["memory_budget"]
+    left.set_title(f"GraphSAGE epoch ({epoch:,} batches), image {ratio:.1f}x the memory budget")
+    left.legend(fontsize=7, loc="lower right")
+    traffic = [(r["to_host"] or 0) / 1e6 for r in rows]
+    right.barh(names, traffic, color="#8172b3")
+    right.set_xscale("log")
+    right.set_xlim(left=0.5)
+    for y, mb in enumerate(traffic):
+        right.text(max(mb, 0.5), y, f" {mb:,.1f}", va="center", fontsize=7)
+    right.set_xlabel("MB to the host per batch (log)")
     right.set_title("traffic to the host")
-    for ax in (left, right):
-        ax.tick_params(axis="x", labelsize=8)
+    left.tick_params(axis="y", labelsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -159,7 +159,6 @@ def _batch_digest(batch) -> str:
 
 def _worker(spec: dict) -> dict:
     """Run in the child: serial then pipelined batches of one backend; returns the per-batch records."""
-    import numpy as np  # noqa: F401  (imported before the measurement starts)
     import torch
 
     from smartsage.spec.config import get_config
@@ -189,7 +188,10 @@ def _worker(spec: dict) -> dict:
     def on_batch(step: dict) -> None:
         now, acct = process_io(), dataclasses.replace(sampler.io)
         kernel, before = now - state["io"], state["acct"]
-        phases = getattr(sampler, "last_phases", None)
+        # The sampler's phase split of its last command is this batch's only in the serial loop (when
+        # prefetching, the next command may already have run); the kernel's counters of a pipelined
+        # record cover the interval between two training steps.
+        phases = None if state["pipelined"] else getattr(sampler, "last_phases", None)
         batch = step["batch"]
         record = {
             "index": step["index"], "seed": step["seed"], "loss": step["loss"], "pipelined": state["pipelined"],

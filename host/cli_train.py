@@ -41,6 +41,11 @@ def register(subparsers) -> None:
     p.add_argument("--eval-nodes", type=int, default=4096, help="val/test nodes evaluated per epoch (0: all)")
     p.add_argument("--prefetch", type=int, default=2, metavar="N",
                    help="commands run ahead of training in a background thread (default 2; 0: serial loop)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="bit-identical losses run after run and on every backend (deterministic torch "
+                        "algorithms, a fixed thread count: --threads, default 1)")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="torch intra-op threads (default: torch's choice; 1 with --deterministic)")
     p.add_argument("--checkpoint", type=pathlib.Path, help="checkpoint written after every epoch")
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     p.add_argument("--json", type=pathlib.Path, help="write the per-epoch results as JSON")
@@ -54,7 +59,8 @@ def run(args) -> int:
     console = Console(stderr=True)
     config = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, fanouts=args.fanouts, hidden=args.hidden,
                          lr=args.lr, dropout=args.dropout, seed=args.seed,
-                         max_eval_nodes=args.eval_nodes or None, prefetch=args.prefetch)
+                         max_eval_nodes=args.eval_nodes or None, prefetch=args.prefetch,
+                         deterministic=args.deterministic, threads=args.threads)
     if args.resume and args.checkpoint is None:
         raise ValueError("--resume needs --checkpoint")
     sampler = open_sampler(args.backend, args.image, get_config(args.config))

@@ -65,6 +65,8 @@ class TrainConfig:
     max_eval_nodes: int | None = 4096   # evaluate on at most this many val/test nodes (None: all, 0: none)
     max_batches: int | None = None      # train on at most this many batches per epoch (None: all)
     prefetch: int = 2                   # commands run ahead of training in a background thread (0: serial)
+    deterministic: bool = False         # bit-identical losses run to run (host/reproducible.py)
+    threads: int | None = None          # torch intra-op threads (None: torch's default; 1 when deterministic)
 
     def __post_init__(self):
         self.fanouts = tuple(int(k) for k in self.fanouts)
@@ -78,6 +80,8 @@ class TrainConfig:
             raise ValueError(f"Hidden width must be a positive integer, not {self.hidden!r}")
         if not self.lr > 0:
             raise ValueError(f"Learning rate must be positive, not {self.lr!r}")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"Thread count must be a positive integer, not {self.threads!r}")
         if self.prefetch < 0:
             raise ValueError(f"Prefetch depth must be a non-negative integer, not {self.prefetch!r}")
 
@@ -183,6 +187,12 @@ class Trainer:
         self.test_nodes = image.split_nodes(Split.TEST)
         if self.train_nodes.size == 0:
             raise ValueError(f"{image.path} has no train nodes (split section)")
+        if config.deterministic:
+            from .reproducible import make_deterministic
+
+            make_deterministic(config.threads or 1)
+        elif config.threads is not None:
+            torch.set_num_threads(config.threads)
         torch.manual_seed(config.seed)
         self.model = GraphSAGE(image.feature_dim, config.hidden, image.num_classes, len(config.fanouts),
                                dropout=config.dropout)

@@ -202,7 +202,11 @@ class Trainer:
 
     # ---------------------------------------------------------------- one batch
     def _batches(self, commands):
-        """The commands' batches through the pipeline (``config.prefetch`` ahead)."""
+        """The commands' batches through the pipeline (``config.prefetch`` ahead); a sampler of several
+        devices (:class:`~smartsage.host.multidevice.MultiDeviceSampler`) runs them on all of them."""
+        if hasattr(self.sampler, "prepared_batches"):
+            return self.sampler.prepared_batches(commands, self.config.fanouts, aggregate=True,
+                                                 depth=self.config.prefetch)
         return sampled_batches(self.sampler, commands, self.config.fanouts, aggregate=True,
                                depth=self.config.prefetch)
 

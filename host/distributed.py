@@ -175,6 +175,13 @@ class DistributedTrainer(Trainer):
         record["world_size"] = self.world.size
         return record
 
+    def evaluate(self, nodes):
+        sharding, self._sharding = self._sharding, False  # train_epoch evaluates inside its own call
+        try:
+            return super().evaluate(nodes)
+        finally:
+            self._sharding = sharding
+
     def _sum(self, value: float) -> float:
         tensor = torch.tensor([value], dtype=torch.float64)
         dist.all_reduce(tensor)

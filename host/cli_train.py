@@ -15,7 +15,7 @@ from .cli_sample import parse_fanouts
 
 #: Kept in step with smartsage.host.train.SAMPLER_BACKENDS (a test checks); the CLI does not import torch
 #: until a command needs it.
-BACKENDS = ("direct", "golden", "hls", "mmap", "rtl")
+BACKENDS = ("direct", "dram", "golden", "hls", "mmap", "rtl")
 
 
 def fanouts_argument(text: str) -> tuple[int, ...]:

@@ -40,7 +40,7 @@ from .driver import DeviceBatch
 from .model import GraphSAGE, features_to_tensor
 from .pipeline import sampled_batches
 
-__all__ = ["TrainConfig", "Trainer", "open_sampler", "batch_seed", "SAMPLER_BACKENDS"]
+__all__ = ["TrainConfig", "Trainer", "open_sampler", "batch_seed", "epoch_commands", "SAMPLER_BACKENDS"]
 
 EVAL_EPOCH = 0xFFFF_FFFF
 U64 = (1 << 64) - 1
@@ -49,6 +49,16 @@ U64 = (1 << 64) - 1
 def batch_seed(seed: int, epoch: int, batch: int) -> int:
     """The command seed of batch ``batch`` of epoch ``epoch`` (see the module docstring)."""
     return (seed * 0x9E3779B97F4A7C15 + epoch * 0x100000001B3 + batch) & U64
+
+
+def epoch_commands(train_nodes: np.ndarray, seed: int, epoch: int, batch_size: int,
+                   max_batches: int | None = None) -> list[tuple[np.ndarray, int]]:
+    """The ``(targets, command seed)`` of every training batch of ``epoch`` (see the module docstring)."""
+    order = np.random.default_rng([seed, epoch]).permutation(train_nodes)
+    num_batches = -(-order.size // batch_size)
+    if max_batches is not None:
+        num_batches = min(num_batches, max_batches)
+    return [(order[b * batch_size:(b + 1) * batch_size], batch_seed(seed, epoch, b)) for b in range(num_batches)]
 
 
 @dataclasses.dataclass
@@ -139,6 +149,11 @@ def _mmap(image_path, config, **options):
     return MmapSampler(image_path, config, **options)
 
 
+def _dram(image_path, config, **options):
+    from .backends.software import DramSampler
+    return DramSampler(image_path, config, **options)
+
+
 def _direct(image_path, config, **options):
     from .backends.software import DirectSampler
     return DirectSampler(image_path, config, **options)
@@ -146,7 +161,7 @@ def _direct(image_path, config, **options):
 
 #: Backend name -> factory(image_path, config) of an object with ``sample``, ``io``, ``image``, ``close``.
 SAMPLER_BACKENDS: dict[str, Callable] = {
-    "golden": _golden, "mmap": _mmap, "direct": _direct, "hls": _hls, "rtl": _rtl,
+    "golden": _golden, "mmap": _mmap, "direct": _direct, "dram": _dram, "hls": _hls, "rtl": _rtl,
 }
 
 
@@ -170,12 +185,17 @@ class Trainer:
         The training hyper-parameters.
     progress:
         Optional callable ``(done, total, description)`` for a progress bar.
+    on_batch:
+        Optional callable, given after every training step a dict: ``index``, ``seed``, ``loss``, the
+        step's phase seconds (``wait``, ``command``, ``blocks``, ``compute``) and the ``batch``.
     """
 
-    def __init__(self, sampler, config: TrainConfig, progress: Callable | None = None):
+    def __init__(self, sampler, config: TrainConfig, progress: Callable | None = None,
+                 on_batch: Callable | None = None):
         self.sampler = sampler
         self.config = config
         self.progress = progress
+        self.on_batch = on_batch
         image: GraphImage = sampler.image
         if image.feature_dim == 0:
             raise ValueError(f"{image.path} has no node features: GraphSAGE needs them")
@@ -229,13 +249,9 @@ class Trainer:
     def train_epoch(self) -> dict:
         cfg = self.config
         epoch = self.epoch
-        order = np.random.default_rng([cfg.seed, epoch]).permutation(self.train_nodes)
-        num_batches = -(-order.size // cfg.batch_size)
-        if cfg.max_batches is not None:
-            num_batches = min(num_batches, cfg.max_batches)
-            order = order[:num_batches * cfg.batch_size]
-        commands = [(order[b * cfg.batch_size:(b + 1) * cfg.batch_size], batch_seed(cfg.seed, epoch, b))
-                    for b in range(num_batches)]
+        commands = epoch_commands(self.train_nodes, cfg.seed, epoch, cfg.batch_size, cfg.max_batches)
+        num_batches = len(commands)
+        num_targets = sum(targets.size for targets, _ in commands)
         self.model.train()
         io_before = dataclasses.replace(self.sampler.io)
         total_loss, edges, start = 0.0, 0, time.perf_counter()
@@ -257,6 +273,10 @@ class Trainer:
             phases["command"] += prepared.sample_seconds
             phases["blocks"] += t1 - t0
             phases["compute"] += t2 - t1
+            if self.on_batch:
+                self.on_batch({"index": prepared.index, "seed": prepared.seed, "loss": losses[-1],
+                               "wait": prepared.wait_seconds, "command": prepared.sample_seconds,
+                               "blocks": t1 - t0, "compute": t2 - t1, "batch": batch})
             total_loss += losses[-1] * targets.size
             edges += int(batch.header.edges_sampled)
             if self.progress:
@@ -265,12 +285,12 @@ class Trainer:
         io = self.sampler.io
         record = {
             "epoch": epoch,
-            "loss": total_loss / order.size,
+            "loss": total_loss / num_targets,
             "batch_losses": losses,
             "seconds": seconds,
             "prefetch": cfg.prefetch,
             "phases": phases,
-            "targets_per_s": order.size / seconds if seconds else None,
+            "targets_per_s": num_targets / seconds if seconds else None,
             "sampled_edges_per_s": edges / seconds if seconds else None,
             "sampled_edges": edges,
             "io": {f.name: None if getattr(io, f.name) is None else getattr(io, f.name) - getattr(io_before, f.name)

@@ -356,10 +356,6 @@ def _clock(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
-#: The writer's progress bar (the name it had before other commands shared it).
-_Progress = ProgressMeter
-
-
 class _SequentialSection:
     """Rows of a fixed-size section written in order through ``pwrite``, with a running CRC-32."""
 

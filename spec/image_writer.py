@@ -273,6 +273,8 @@ class ProgressMeter:
         class RateColumn(ProgressColumn):
             def render(self, task):
                 speed = task.finished_speed or task.speed
+                if speed is None and task.elapsed:  # too few updates for rich's moving estimate
+                    speed = task.completed / task.elapsed
                 unit = task.fields.get("unit", "")
                 if speed is None:
                     return Text("?/s", style="progress.data.speed")

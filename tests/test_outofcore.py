@@ -1,5 +1,6 @@
 """The out-of-core harness: its clear errors, memory cgroups that really bind, and a whole small run."""
 
+import json
 import os
 import pathlib
 import subprocess
@@ -168,3 +169,9 @@ def test_a_small_run_without_cgroups_drops_the_cache_instead(small_image, tmp_pa
     text = _check_run(results, tmp_path, backends=("mmap", "direct"))
     assert not any(run["confined"] for run in results["runs"].values())
     assert "NO cgroup: page cache dropped before every batch" in text
+    # the CLI re-renders a saved run without measuring anything
+    saved = tmp_path / "run.json"
+    saved.write_text(json.dumps(results))
+    assert main(["bench", "outofcore", "--from-json", str(saved), "-o", str(tmp_path / "again.md")]) == 0
+    assert (tmp_path / "again.md").read_text().split("\n", 1)[1] == text.split("\n", 1)[1]
+    assert (tmp_path / "again.png").stat().st_size > 10_000

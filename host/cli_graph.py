@@ -23,7 +23,21 @@ import time
 import numpy as np
 
 from smartsage.spec.image import FeatureDtype, GraphImage, ImageHeader, verify_image
-from smartsage.spec.image_writer import DEFAULT_MEMORY_BUDGET, parse_size
+from smartsage.spec.image_writer import (
+    DEFAULT_MEMORY_BUDGET,
+    MemoryBudgetError,
+    ProgressMeter,
+    format_bytes,
+    parse_size,
+    peak_rss,
+    process_rss,
+)
+
+#: Memory a build keeps besides the writer's edge data: generated or read edge chunks and the
+#: prefetch queue, one block of node data, allocator slack (bytes; node data rows add to it).
+BUILD_RESERVE = 192 << 20
+#: The smallest edge-data budget a command-line build accepts.
+MIN_EDGE_BUDGET = 16 << 20
 
 __all__ = ["register"]
 
@@ -65,9 +79,15 @@ def _feature_dtype(text: str) -> FeatureDtype:
 
 def _add_build_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", required=True, metavar="IMAGE", help="the image to write")
-    parser.add_argument("--memory-budget", type=_size, default=DEFAULT_MEMORY_BUDGET, metavar="BYTES",
-                        help="memory for edge data while building, e.g. 512M, 4G (default: 1G); the "
-                             "edge list may be any multiple of it")
+    parser.add_argument("--memory-budget", type=_size, default=None, metavar="BYTES",
+                        help="peak memory (resident set) of the whole build process, e.g. 512M, 4G; the "
+                             "edge list may be any multiple of it (default: 1G of edge data plus what the "
+                             "process holds besides)")
+    parser.add_argument("--edge-budget", type=_size, default=None, metavar="BYTES",
+                        help="the writer's memory for edge data alone (spill buffers, sort blocks), instead of "
+                             "--memory-budget; for tests and tuning")
+    parser.add_argument("--temp-dir", metavar="DIR", default=None,
+                        help="where the spill files go (default: next to the output)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="progress bar on stderr (default: when stderr is a terminal)")
 
@@ -76,7 +96,42 @@ def _progress(args) -> bool:
     return sys.stderr.isatty() if args.progress is None else args.progress
 
 
-def _report_build(output: str, header: ImageHeader, stats: dict, seconds: float, generated: int | None) -> None:
+def edge_budget(process_budget: int | None, reserve: int = BUILD_RESERVE) -> int:
+    """The writer's edge-data budget inside a whole-process budget (bytes).
+
+    What the process already holds (interpreter, numpy, scipy: measured now) and ``reserve`` come
+    off the top. ``None``: the default edge budget, the process unbounded.
+    """
+    if process_budget is None:
+        return DEFAULT_MEMORY_BUDGET
+    held = process_rss()
+    edge = process_budget - held - reserve
+    if edge < MIN_EDGE_BUDGET:
+        raise MemoryBudgetError(
+            f"memory budget {format_bytes(process_budget)} is too small: the process already holds "
+            f"{format_bytes(held)} (interpreter and libraries) and keeps {format_bytes(reserve)} for edge "
+            f"chunks and node data, which leaves less than the {format_bytes(MIN_EDGE_BUDGET)} of edge data a "
+            f"build needs; give at least {format_bytes(held + reserve + MIN_EDGE_BUDGET)}")
+    return edge
+
+
+def _writer_budget(args, reserve: int) -> int:
+    if args.edge_budget is not None:
+        if args.memory_budget is not None:
+            raise ValueError("give --memory-budget (the whole process) or --edge-budget (edge data), not both")
+        return args.edge_budget
+    return edge_budget(args.memory_budget, reserve)
+
+
+def _node_reserve(feature_dim: int, itemsize: int = 4) -> int:
+    """Reserve for one block of node data (features generated as float64, encoded, written)."""
+    from smartsage.host.graphs.communities import NODE_BLOCK
+
+    return BUILD_RESERVE + NODE_BLOCK * feature_dim * (8 + 8 + itemsize)
+
+
+def _report_build(output: str, header: ImageHeader, stats: dict, seconds: float, generated: int | None,
+                  process_budget: int | None = None, writer_budget: int | None = None) -> None:
     rate = header.num_edges / seconds if seconds > 0 else float("inf")
     parts = [f"wrote {output}: {header.num_nodes:,} nodes, {header.num_edges:,} edges "
              f"({header.index_dtype.name.lower()} indices)"]
@@ -91,6 +146,14 @@ def _report_build(output: str, header: ImageHeader, stats: dict, seconds: float,
         line += f" ({generated:,} generated edges, {generated / seconds:,.0f}/s)" if seconds > 0 else ""
     line += f"; {stats.get('blocks', 0)} sort blocks, file {header.file_size / 2**20:,.1f} MiB"
     print(line)
+    peak = peak_rss()
+    memory = f"memory: peak RSS {format_bytes(peak)}"
+    if process_budget is not None:
+        memory += f" of the {format_bytes(process_budget)} budget ({100 * peak / process_budget:.0f}%)"
+    if writer_budget is not None:
+        memory += f", {format_bytes(writer_budget)} of it for edge data"
+    print(memory + f"; disk: peak {format_bytes(stats.get('disk_peak_bytes', 0))} "
+                   f"(spill files up to {format_bytes(stats.get('spill_peak_bytes', 0))}, then the image)")
 
 
 @contextlib.contextmanager
@@ -165,8 +228,9 @@ def _cmd_generate(args) -> int:
     node_data = NodeDataConfig(num_classes=classes, feature_dim=args.feature_dim,
                                feature_dtype=args.feature_dtype, feature_snr=args.feature_snr,
                                train=args.train, val=args.val, test=args.test, seed=args.seed)
+    writer_budget = _writer_budget(args, _node_reserve(args.feature_dim))
     options = dict(drop_self_loops=args.drop_self_loops, drop_duplicates=args.drop_duplicates,
-                   memory_budget=args.memory_budget, progress=_progress(args))
+                   memory_budget=writer_budget, progress=_progress(args), temp_dir=args.temp_dir)
     start = time.perf_counter()
     with _writing(args.output):
         if args.kind == "rmat":
@@ -187,7 +251,8 @@ def _cmd_generate(args) -> int:
                                                  seed=args.seed, seed_graph=seed_graph)
             header, stats = generate_kronecker(args.output, config, node_data, symmetrize=args.symmetrize,
                                                **options)
-    _report_build(args.output, header, stats, time.perf_counter() - start, config.num_edges)
+    _report_build(args.output, header, stats, time.perf_counter() - start, config.num_edges,
+                  args.memory_budget, writer_budget)
     return 0
 
 
@@ -220,14 +285,24 @@ def _register_import(commands) -> None:
 def _cmd_import(args) -> int:
     from smartsage.host.graphs.importers import import_graph
 
+    feature_dim = 0
+    if args.features:
+        with open(args.features, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            shape = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
+                     else np.lib.format.read_array_header_2_0(f))[0]
+            feature_dim = int(shape[1]) if len(shape) == 2 else 0
+    writer_budget = _writer_budget(args, _node_reserve(feature_dim))
     start = time.perf_counter()
     with _writing(args.output):
         header, stats = import_graph(
             args.input, args.output, format=args.format, num_nodes=args.num_nodes, features=args.features,
             labels=args.labels, split=args.split, num_classes=args.classes, feature_dtype=args.feature_dtype,
             symmetrize=args.symmetrize, drop_duplicates=args.drop_duplicates,
-            drop_self_loops=args.drop_self_loops, memory_budget=args.memory_budget, progress=_progress(args))
-    _report_build(args.output, header, stats, time.perf_counter() - start, None)
+            drop_self_loops=args.drop_self_loops, memory_budget=writer_budget, progress=_progress(args),
+            temp_dir=args.temp_dir)
+    _report_build(args.output, header, stats, time.perf_counter() - start, None, args.memory_budget,
+                  writer_budget)
     return 0
 
 
@@ -239,35 +314,62 @@ def _register_info(commands) -> None:
     p.add_argument("image", metavar="IMAGE")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.add_argument("--stats", action="store_true",
-                   help="also degree statistics, class sizes and edge label agreement (reads the image)")
+                   help="also degree statistics, class sizes and edge label agreement (streams the image: "
+                        "memory is one byte per node plus a chunk)")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress of --stats on stderr (default: when stderr is a terminal)")
     p.set_defaults(func=_cmd_info)
 
 
-def graph_statistics(image: GraphImage, chunk_nodes: int = 1 << 20) -> dict:
-    """Degrees, class sizes and the fraction of edges joining nodes of one class (streamed)."""
+def graph_statistics(image: GraphImage, chunk_nodes: int = 1 << 20, progress=None) -> dict:
+    """Degrees, class sizes and the fraction of edges joining nodes of one class (streamed).
+
+    Memory: the labels, packed into the narrowest integer that holds them (one byte per node for
+    up to 127 classes), plus one chunk of indptr and its indices. Sections are read with ``pread``
+    (:meth:`GraphImage.read_array`), so nothing of the file counts toward the resident set.
+    ``progress`` is an optional callable ``(entries_done, entries_total)`` (indptr and index entries).
+    """
+    from smartsage.spec.image import SectionKind
+
     n = image.num_nodes
-    indptr = image.indptr
     degrees_max, isolated = 0, 0
     same, labeled_edges = 0, 0
-    labels = image.labels
     classes = np.zeros(max(image.num_classes, 0), np.int64)
-    for start in range(0, n, chunk_nodes):
+    label_dtype = np.int8 if image.num_classes <= 127 else (np.int16 if image.num_classes <= 32767 else np.int32)
+    labels = np.empty(n, label_dtype) if image.num_classes else None
+    if labels is not None:
+        for start in range(0, n, 1 << 22):
+            labels[start:start + (1 << 22)] = image.read_array(SectionKind.LABELS, start, start + (1 << 22))
+    total = n + image.num_edges
+    done = 0
+    max_edges = max(chunk_nodes * 16, 1 << 20)
+    start = 0
+    while start < n:
         end = min(start + chunk_nodes, n)
-        bounds = indptr[start:end + 1].astype(np.int64)
+        bounds = image.read_array(SectionKind.INDPTR, start, end + 1).astype(np.int64)
+        if bounds[-1] - bounds[0] > max_edges and end - start > 1:  # bounded: fewer nodes per chunk
+            end = start + max(int(np.searchsorted(bounds, bounds[0] + max_edges, side="right")) - 1, 1)
+            bounds = bounds[:end - start + 1]
         degree = np.diff(bounds)
         if degree.size:
             degrees_max = max(degrees_max, int(degree.max()))
         isolated += int(np.count_nonzero(degree == 0))
-        chunk_labels = labels[start:end]
-        if image.num_classes:
-            known = chunk_labels[chunk_labels >= 0]
+        if labels is not None:
+            chunk_labels = labels[start:end]
+            known = chunk_labels[chunk_labels >= 0].astype(np.int64)
             classes += np.bincount(known, minlength=image.num_classes)[:image.num_classes]
-            neighbors = image.indices[int(bounds[0]):int(bounds[-1])]
+            neighbors = image.read_array(SectionKind.INDICES, int(bounds[0]), int(bounds[-1]))
             own = np.repeat(chunk_labels, degree)
             other = labels[neighbors]
+            del neighbors
             both = (own >= 0) & (other >= 0)
             labeled_edges += int(np.count_nonzero(both))
             same += int(np.count_nonzero(both & (own == other)))
+            del own, other, both
+        done += (end - start) + int(bounds[-1] - bounds[0])
+        if progress is not None:
+            progress(done, total)
+        start = end
     return {
         "degree_mean": image.num_edges / n if n else 0.0,
         "degree_max": degrees_max,
@@ -282,7 +384,13 @@ def _cmd_info(args) -> int:
     with GraphImage(args.image) as image:
         summary = image.summary()
         if args.stats:
-            summary["stats"] = graph_statistics(image)
+            meter = ProgressMeter(_progress(args), f"stats {os.path.basename(args.image)}")
+            meter.task("entries", image.num_nodes + image.num_edges, "entries")
+            try:
+                summary["stats"] = graph_statistics(
+                    image, progress=lambda done, total: meter.update("entries", done, total))
+            finally:
+                meter.close()
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
@@ -331,24 +439,12 @@ def _register_verify(commands) -> None:
 
 def _cmd_verify(args) -> int:
     start = time.perf_counter()
-    bar = None
-    callback = None
-    if _progress(args):
-        from rich.console import Console
-        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-
-        bar = Progress(TextColumn(f"verify {os.path.basename(args.image)}"), BarColumn(), DownloadColumn(),
-                       TimeRemainingColumn(), console=Console(stderr=True), transient=True)
-        task = bar.add_task("verify", total=None)
-        bar.start()
-
-        def callback(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
+    meter = ProgressMeter(_progress(args), f"verify {os.path.basename(args.image)}")
+    meter.task("read", None, "B")
     try:
-        summary = verify_image(args.image, progress=callback)
+        summary = verify_image(args.image, progress=lambda done, total: meter.update("read", done, total))
     finally:
-        if bar is not None:
-            bar.stop()
+        meter.close()
     seconds = time.perf_counter() - start
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -356,6 +452,7 @@ def _cmd_verify(args) -> int:
         split = f"{summary['num_train']:,}/{summary['num_val']:,}/{summary['num_test']:,}"
         print(f"{args.image}: ok ({summary['num_nodes']:,} nodes, {summary['num_edges']:,} edges, "
               f"{summary['feature_dtype']} x {summary['feature_dim']} features, {summary['num_classes']} classes, "
-              f"split {split}; {summary['file_size'] / 2**20:,.1f} MiB checked in {seconds:.2f} s)")
+              f"split {split}; {summary['file_size'] / 2**20:,.1f} MiB checked in {seconds:.2f} s, "
+              f"{summary['file_size'] / 2**20 / max(seconds, 1e-9):,.0f} MiB/s, peak RSS {format_bytes(peak_rss())})")
     return 0
 

@@ -41,6 +41,22 @@ def register(subparsers) -> None:
     p.add_argument("--eval-nodes", type=int, default=4096, help="val/test nodes evaluated per epoch (0: all)")
     p.add_argument("--prefetch", type=int, default=2, metavar="N",
                    help="commands run ahead of training in a background thread (default 2; 0: serial loop)")
+    p.add_argument("--devices", type=int, default=1, metavar="N",
+                   help="devices in this host, each with a replica of the image, one thread each (default 1)")
+    p.add_argument("--replica", action="append", default=[], metavar="IMAGE",
+                   help="the image replica of device 1, 2, ... (repeat; default: every device opens IMAGE)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="bit-identical losses run after run and on every backend (deterministic torch "
+                        "algorithms, a fixed thread count: --threads, default 1)")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="torch intra-op threads (default: torch's choice; 1 with --deterministic)")
+    p.add_argument("--max-batches", type=int, default=None, metavar="N",
+                   help="train on at most N batches per epoch (default: all)")
+    p.add_argument("--nproc", type=int, default=1, metavar="N",
+                   help="DistributedDataParallel on N processes of this host (gloo); the global batch is split "
+                        "across them (under torchrun, leave this at 1: the ranks come from torchrun)")
+    p.add_argument("--dist-timeout", type=float, default=120.0, metavar="S",
+                   help="seconds a rank waits in a collective before the job fails (default 120)")
     p.add_argument("--checkpoint", type=pathlib.Path, help="checkpoint written after every epoch")
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     p.add_argument("--json", type=pathlib.Path, help="write the per-epoch results as JSON")
@@ -49,24 +65,59 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    if args.nproc > 1:
+        from .distributed import spawn
+
+        ranks = argparse.Namespace(**vars(args))
+        ranks.nproc = 1  # each spawned rank runs the single-rank path under the launcher's environment
+        return spawn(args.nproc, ranks)
+    if args.nproc < 1:
+        raise ValueError(f"--nproc must be a positive integer, not {args.nproc}")
+    from .distributed import world
+
+    if world().size > 1:
+        return _run_distributed(args)
+    return _run(args)
+
+
+def _run_distributed(args) -> int:
+    import torch.distributed as dist
+
+    from .distributed import DistributedTrainer, init_from_env
+
+    w = init_from_env(args.dist_timeout)
+    try:
+        return _run(args, trainer_class=DistributedTrainer, rank=w.rank)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _run(args, trainer_class=None, rank: int = 0) -> int:
     from .train import TrainConfig, Trainer, open_sampler
 
-    console = Console(stderr=True)
+    trainer_class = trainer_class or Trainer
+    main_rank = rank == 0
+    if "{rank}" in str(args.image):
+        args.image = str(args.image).replace("{rank}", str(rank))
+    console = Console(stderr=True, quiet=not main_rank)
     config = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, fanouts=args.fanouts, hidden=args.hidden,
                          lr=args.lr, dropout=args.dropout, seed=args.seed,
-                         max_eval_nodes=args.eval_nodes or None, prefetch=args.prefetch)
+                         max_eval_nodes=args.eval_nodes or None, prefetch=args.prefetch,
+                         deterministic=args.deterministic, threads=args.threads, max_batches=args.max_batches)
     if args.resume and args.checkpoint is None:
         raise ValueError("--resume needs --checkpoint")
-    sampler = open_sampler(args.backend, args.image, get_config(args.config))
+    sampler = _open(args, open_sampler)
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                      TimeElapsedColumn(), console=console, disable=args.quiet, transient=True) as progress:
+                      TimeElapsedColumn(), console=console, disable=args.quiet or not main_rank,
+                      transient=True) as progress:
             task = progress.add_task("training", total=None)
 
             def on_batch(done, total, description):
                 progress.update(task, completed=done, total=total, description=description)
 
-            trainer = Trainer(sampler, config, progress=on_batch)
+            trainer = trainer_class(sampler, config, progress=on_batch)
             if args.resume and args.checkpoint.exists():
                 trainer.load_checkpoint(args.checkpoint)
                 console.print(f"resumed from {args.checkpoint} at epoch {trainer.epoch}")
@@ -77,11 +128,26 @@ def run(args) -> int:
             trainer.fit(checkpoint=args.checkpoint, on_epoch=on_epoch)
     finally:
         sampler.close()
-    Console().print(_table(trainer.history, args.backend))
+    Console(quiet=not main_rank).print(_table(trainer.history, args.backend))
     if args.json:
-        trainer.write_results(args.json)
+        trainer.write_results(args.json)  # rank 0 only under DDP
         console.print(f"results written to {args.json}")
     return 0
+
+
+def _open(args, open_sampler):
+    """One sampler, or a multi-device sampler for --devices N / --replica."""
+    if args.devices < 1:
+        raise ValueError(f"--devices must be a positive integer, not {args.devices}")
+    if args.devices == 1 and not args.replica:
+        return open_sampler(args.backend, args.image, get_config(args.config))
+    from .multidevice import MultiDeviceSampler
+
+    paths = [args.image, *args.replica]
+    devices = max(args.devices, len(paths))
+    if len(paths) not in (1, devices):
+        raise ValueError(f"{len(paths)} image replicas for {devices} devices: give one --replica per extra device")
+    return MultiDeviceSampler.open(args.backend, paths, devices, get_config(args.config))
 
 
 def _fmt(value, spec):

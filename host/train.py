@@ -75,6 +75,8 @@ class TrainConfig:
     max_eval_nodes: int | None = 4096   # evaluate on at most this many val/test nodes (None: all, 0: none)
     max_batches: int | None = None      # train on at most this many batches per epoch (None: all)
     prefetch: int = 2                   # commands run ahead of training in a background thread (0: serial)
+    deterministic: bool = False         # bit-identical losses run to run (host/reproducible.py)
+    threads: int | None = None          # torch intra-op threads (None: torch's default; 1 when deterministic)
 
     def __post_init__(self):
         self.fanouts = tuple(int(k) for k in self.fanouts)
@@ -88,6 +90,8 @@ class TrainConfig:
             raise ValueError(f"Hidden width must be a positive integer, not {self.hidden!r}")
         if not self.lr > 0:
             raise ValueError(f"Learning rate must be positive, not {self.lr!r}")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"Thread count must be a positive integer, not {self.threads!r}")
         if self.prefetch < 0:
             raise ValueError(f"Prefetch depth must be a non-negative integer, not {self.prefetch!r}")
 
@@ -203,6 +207,12 @@ class Trainer:
         self.test_nodes = image.split_nodes(Split.TEST)
         if self.train_nodes.size == 0:
             raise ValueError(f"{image.path} has no train nodes (split section)")
+        if config.deterministic:
+            from .reproducible import make_deterministic
+
+            make_deterministic(config.threads or 1)
+        elif config.threads is not None:
+            torch.set_num_threads(config.threads)
         torch.manual_seed(config.seed)
         self.model = GraphSAGE(image.feature_dim, config.hidden, image.num_classes, len(config.fanouts),
                                dropout=config.dropout)
@@ -212,7 +222,11 @@ class Trainer:
 
     # ---------------------------------------------------------------- one batch
     def _batches(self, commands):
-        """The commands' batches through the pipeline (``config.prefetch`` ahead)."""
+        """The commands' batches through the pipeline (``config.prefetch`` ahead); a sampler of several
+        devices (:class:`~smartsage.host.multidevice.MultiDeviceSampler`) runs them on all of them."""
+        if hasattr(self.sampler, "prepared_batches"):
+            return self.sampler.prepared_batches(commands, self.config.fanouts, aggregate=True,
+                                                 depth=self.config.prefetch)
         return sampled_batches(self.sampler, commands, self.config.fanouts, aggregate=True,
                                depth=self.config.prefetch)
 

@@ -467,6 +467,28 @@ class GraphImage:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def read_into(self, offset: int, out: np.ndarray) -> np.ndarray:
+        """Read the file's bytes at ``offset`` into ``out`` (``pread``, not the mapping: what is read
+        this way never counts toward the process's resident set). Returns ``out``."""
+        view = memoryview(out.reshape(-1).view(np.uint8))
+        fd = self._file.fileno()
+        while len(view):
+            got = os.preadv(fd, [view], offset)
+            if got <= 0:
+                raise ImageFormatError("header", f"file ends at byte {offset}, inside a section")
+            view = view[got:]
+            offset += got
+        return out
+
+    def read_array(self, kind: SectionKind, start: int, stop: int) -> np.ndarray:
+        """Elements ``start:stop`` of a section as a new array (streamed reads; see :meth:`read_into`)."""
+        section = self.header.section(kind)
+        dtype = {SectionKind.INDPTR: np.dtype("<u8"), SectionKind.LABELS: np.dtype("<i4"),
+                 SectionKind.SPLIT: np.dtype("u1"), SectionKind.INDICES: self.header.index_dtype.numpy_dtype,
+                 SectionKind.FEATURES: np.dtype("u1")}[kind]
+        stop = max(min(stop, section.length // dtype.itemsize), start)
+        return self.read_into(section.offset + start * dtype.itemsize, np.empty(stop - start, dtype))
+
     # ---- sizes
     @property
     def num_nodes(self) -> int:
@@ -685,8 +707,9 @@ def verify_image(path_or_image: str | os.PathLike | GraphImage, progress=None) -
             step = max(CHUNK_BYTES // itemsize, 1) * itemsize
             crc = 0
             previous = None
+            scratch = np.empty(min(step, section.length), np.uint8)
             for start, end in _chunks(section.length, step):
-                raw = image.buffer[section.offset + start:section.offset + end]
+                raw = image.read_into(section.offset + start, scratch[:end - start])
                 crc = zlib.crc32(raw, crc)
                 first = start // itemsize
                 if section.kind is SectionKind.INDPTR:

@@ -28,8 +28,11 @@ list is never split across blocks); ``memory_budget`` below :data:`MIN_MEMORY_BU
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import shutil
+import sys
 import tempfile
 import time
 import weakref
@@ -54,7 +57,8 @@ from .image import (
 )
 
 __all__ = ["ImageWriter", "DEFAULT_MEMORY_BUDGET", "MIN_MEMORY_BUDGET", "MAX_PARTITIONS", "parse_size",
-           "csr_block"]
+           "csr_block", "DiskFullError", "MemoryBudgetError", "ProgressMeter", "process_rss", "peak_rss",
+           "format_bytes", "free_disk"]
 
 DEFAULT_MEMORY_BUDGET = 1 << 30
 MIN_MEMORY_BUDGET = 16 << 10
@@ -67,6 +71,61 @@ BLOCK_BYTES_PER_EDGE = {8: 24, 16: 48}
 BLOCK_BYTES_PER_ROW = 24
 #: Bytes of memory per incoming edge while a chunk is filtered, mirrored and partitioned.
 ADD_BYTES_PER_EDGE = 96
+#: errno values that mean the file system has no room left for the build.
+_DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+class DiskFullError(ValueError):
+    """The file system filled up during a build (the partial image and spill files are removed).
+
+    A :class:`ValueError`, so the command line prints it as one line.
+    """
+
+
+class MemoryBudgetError(ValueError):
+    """The memory budget cannot hold what the build must keep in memory at once."""
+
+
+def format_bytes(value: float) -> str:
+    """``1536`` -> ``"1.5 KiB"`` (powers of 1024)."""
+    value = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
+        value /= 1024
+    raise AssertionError  # pragma: no cover
+
+
+def _status_bytes(field: str) -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:  # pragma: no cover - not Linux
+        return None
+    return None  # pragma: no cover
+
+
+def process_rss() -> int:
+    """This process's resident set now (bytes; 0 where /proc is missing)."""
+    return _status_bytes("VmRSS") or 0
+
+
+def peak_rss() -> int:
+    """This process's peak resident set so far (bytes), what ``/usr/bin/time -v`` reports."""
+    value = _status_bytes("VmHWM")
+    if value is None:  # pragma: no cover - not Linux
+        import resource
+
+        value = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return value
+
+
+def free_disk(path: str | os.PathLike) -> int:
+    """Bytes an unprivileged writer may still use on the file system holding ``path``."""
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
 
 
 def parse_size(text: str | int) -> int:
@@ -171,13 +230,28 @@ def csr_block(src_local: np.ndarray, dst: np.ndarray, num_rows: int, dedup: bool
     return indptr, indices
 
 
-class _Progress:
-    """A rich progress bar on stderr, or nothing."""
+class ProgressMeter:
+    """Progress of a long job on stderr: counts, rate and ETA per task, or nothing.
 
-    def __init__(self, enabled: bool, description: str):
+    On a terminal it is a rich progress bar (count, rate, elapsed time, time remaining). Elsewhere (a
+    log file of a build run under ``nohup``) it prints one plain line per task every ``interval``
+    seconds and when the task completes: ``name: done/total (pct) rate/s, elapsed, ETA``.
+    ``unit`` names what is counted (``edges``, ``B``); byte counts print with binary prefixes.
+    """
+
+    def __init__(self, enabled: bool, description: str, *, interval: float = 30.0, stream=None):
         self._bar = None
-        self._tasks: dict[str, int] = {}
+        self._plain = False
+        self._stream = stream
+        self._description = description
+        self._interval = interval
+        self._tasks: dict[str, dict] = {}
         if not enabled:
+            return
+        stream = sys.stderr if stream is None else stream
+        self._stream = stream
+        if not getattr(stream, "isatty", lambda: False)():
+            self._plain = True
             return
         try:
             from rich.console import Console
@@ -185,35 +259,103 @@ class _Progress:
                 BarColumn,
                 MofNCompleteColumn,
                 Progress,
+                ProgressColumn,
                 TextColumn,
                 TimeElapsedColumn,
                 TimeRemainingColumn,
             )
+            from rich.text import Text
         except ImportError:  # pragma: no cover - rich is a dependency
+            self._plain = True
             return
         from rich.markup import escape
 
+        class RateColumn(ProgressColumn):
+            def render(self, task):
+                speed = task.finished_speed or task.speed
+                if speed is None and task.elapsed:  # too few updates for rich's moving estimate
+                    speed = task.completed / task.elapsed
+                unit = task.fields.get("unit", "")
+                if speed is None:
+                    return Text("?/s", style="progress.data.speed")
+                text = format_bytes(speed) if unit == "B" else f"{speed:,.0f} {unit}".rstrip()
+                return Text(f"{text}/s", style="progress.data.speed")
+
         self._bar = Progress(TextColumn(f"{escape(description)} [progress.description]{{task.description}}"),
-                             BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-                             console=Console(stderr=True), transient=False)
+                             BarColumn(), MofNCompleteColumn(), RateColumn(), TimeElapsedColumn(),
+                             TextColumn("ETA"), TimeRemainingColumn(), console=Console(file=stream),
+                             transient=False)
         self._bar.start()
 
-    def task(self, name: str, total: int | None) -> None:
+    @property
+    def enabled(self) -> bool:
+        return self._bar is not None or self._plain
+
+    def task(self, name: str, total: int | None, unit: str = "") -> None:
+        now = time.perf_counter()
+        state = {"total": total, "done": 0, "t0": now, "last": now, "unit": unit, "id": None}
         if self._bar is not None:
-            self._tasks[name] = self._bar.add_task(name, total=total)
+            state["id"] = self._bar.add_task(name, total=total, unit=unit)
+        self._tasks[name] = state
 
     def advance(self, name: str, amount: int) -> None:
-        if self._bar is not None and name in self._tasks:
-            self._bar.advance(self._tasks[name], amount)
+        state = self._tasks.get(name)
+        if state is None:
+            return
+        state["done"] += amount
+        if self._bar is not None:
+            self._bar.advance(state["id"], amount)
+        elif self._plain:
+            now = time.perf_counter()
+            complete = state["total"] is not None and state["done"] >= state["total"]
+            if now - state["last"] >= self._interval or complete and not state.get("reported"):
+                state["last"] = now
+                state["reported"] = complete
+                self._print(name, state, now)
+
+    def update(self, name: str, done: int, total: int | None = None) -> None:
+        """Set a task's count (and total) instead of advancing it."""
+        state = self._tasks.get(name)
+        if state is None:
+            return
+        if total is not None:
+            self.total(name, total)
+        self.advance(name, done - state["done"])
 
     def total(self, name: str, total: int) -> None:
-        if self._bar is not None and name in self._tasks:
-            self._bar.update(self._tasks[name], total=total)
+        state = self._tasks.get(name)
+        if state is None:
+            return
+        state["total"] = total
+        if self._bar is not None:
+            self._bar.update(state["id"], total=total)
+
+    def _count(self, value: float, unit: str) -> str:
+        return format_bytes(value) if unit == "B" else f"{value:,.0f}"
+
+    def _print(self, name: str, state: dict, now: float) -> None:
+        elapsed = now - state["t0"]
+        done, total, unit = state["done"], state["total"], state["unit"]
+        rate = done / elapsed if elapsed > 0 else 0.0
+        line = f"{self._description} {name}: {self._count(done, unit)}"
+        if total:
+            line += f"/{self._count(total, unit)} ({100 * done / total:.1f}%)"
+        rate_text = format_bytes(rate) if unit == "B" else f"{rate:,.0f} {unit}".rstrip()
+        line += f", {rate_text}/s, elapsed {_clock(elapsed)}"
+        if total and rate > 0 and done < total:
+            line += f", ETA {_clock((total - done) / rate)}"
+        print(line, file=self._stream, flush=True)
 
     def close(self) -> None:
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
+        self._plain = False
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
 class _SequentialSection:
@@ -378,11 +520,22 @@ class ImageWriter:
         Edges the caller will add (only sizes the progress bar).
     temp_dir:
         Where the temporary directory goes (default: next to the output).
+    check_disk:
+        With ``expected_edges``, refuse to start (:class:`DiskFullError`) when the file system clearly
+        lacks the room for the spill files and the image.
+
+    Disk: the spill files hold every (mirrored) edge, 8 bytes each (16 past 2^32 nodes), next to
+    the image being written; they are deleted block by block as the sort consumes them. The peak of
+    spill files plus image is in ``stats["disk_peak_bytes"]``.
 
     Raises
     ------
     ValueError
         A bad parameter, a node id out of range, rows written out of order.
+    DiskFullError
+        The file system filled up (or clearly would); nothing of the build is left behind.
+    MemoryBudgetError
+        One node's adjacency list does not fit the memory budget; nothing is left behind.
     """
 
     def __init__(self, path: str | os.PathLike, num_nodes: int | None = None, *, feature_dim: int = 0,
@@ -391,7 +544,7 @@ class ImageWriter:
                  memory_budget: int | str = DEFAULT_MEMORY_BUDGET, index_dtype: IndexDtype | None = None,
                  int8_scale: float | None = None, flags: int = 0, progress: bool = False,
                  expected_edges: int | None = None, temp_dir: str | os.PathLike | None = None,
-                 use_scipy: bool = True):
+                 use_scipy: bool = True, check_disk: bool = True):
         memory_budget = parse_size(memory_budget)
         if memory_budget < MIN_MEMORY_BUDGET:
             raise ValueError(f"Memory budget must be at least {MIN_MEMORY_BUDGET} bytes, not {memory_budget}")
@@ -420,7 +573,9 @@ class ImageWriter:
             "edges_added": 0, "self_loops_dropped": 0, "edges_spilled": 0, "duplicates_dropped": 0,
             "blocks": 0, "redistributed_edges": 0, "max_block_edges": 0,
             "seconds_add": 0.0, "seconds_load": 0.0, "seconds_sort": 0.0, "seconds_write": 0.0,
+            "spill_peak_bytes": 0, "disk_peak_bytes": 0,
         }
+        self._spill_bytes = 0
         self._max_id = -1
         self._label_max = -1
         self._split_counts = np.zeros(4, np.int64)
@@ -430,6 +585,7 @@ class ImageWriter:
         out_dir = os.path.dirname(os.path.abspath(self.path))
         base = os.path.basename(self.path)
         self._tmp = tempfile.mkdtemp(prefix=f".{base}.build-", dir=temp_dir or out_dir)
+        self.temp_dir = self._tmp
         self._cleanup = weakref.finalize(self, _cleanup, self._tmp)
         self._image_tmp = os.path.join(self._tmp, "image")
         self._fd = os.open(self._image_tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -449,8 +605,68 @@ class ImageWriter:
         self._node_sections: dict[SectionKind, _SequentialSection] = {}
         if self.num_nodes is not None:
             self._open_node_sections()
-        self._progress = _Progress(progress, os.path.basename(self.path))
-        self._progress.task("edges in", expected_edges)
+        self._progress = ProgressMeter(progress, os.path.basename(self.path))
+        self._progress.task("edges in", expected_edges, "edges")
+        if check_disk and expected_edges:
+            try:
+                self._check_disk(int(expected_edges))
+            except BaseException:
+                self.abort()
+                raise
+
+    def estimate_disk(self, expected_edges: int) -> int:
+        """Upper bound of the build's peak disk use for ``expected_edges`` added edges (bytes)."""
+        spilled = expected_edges * (2 if self.symmetrize else 1)
+        n = self.num_nodes if self.num_nodes is not None else 0
+        layout = layout_sections(n, 0, self.feature_dim, self.feature_dtype, IndexDtype.U32)
+        before_indices = layout[SectionKind.INDICES][0]
+        # The spill files shrink block by block while the indices (at most as many entries,
+        # each at most as wide) grow: the peak is all spill files plus the node sections.
+        return spilled * self._codec.edge_bytes + before_indices
+
+    def _check_disk(self, expected_edges: int) -> None:
+        need = self.estimate_disk(expected_edges)
+        free = free_disk(self._tmp)
+        if need > free:
+            raise DiskFullError(
+                f"not enough disk for {self.path}: the build needs up to {format_bytes(need)} in "
+                f"{os.path.dirname(self._tmp)} (spill files of {expected_edges:,} edges, then the image), "
+                f"{format_bytes(free)} are free")
+
+    def _disk_full(self, err: OSError, phase: str) -> DiskFullError:
+        try:
+            free = format_bytes(free_disk(os.path.dirname(self._tmp)))
+        except OSError:  # pragma: no cover
+            free = "unknown"
+        return DiskFullError(
+            f"disk full while {phase} {self.path} ({err.strerror or err}): {format_bytes(self._disk_now())} "
+            f"of spill files and image were written to {os.path.dirname(self._tmp)}, {free} free now; "
+            f"the partial image and spill files were removed")
+
+    def _disk_now(self) -> int:
+        image = 0
+        if self._fd is not None:
+            try:
+                image = os.fstat(self._fd).st_blocks * 512
+            except OSError:  # pragma: no cover
+                image = 0
+        return self._spill_bytes + image
+
+    def _note_disk(self) -> None:
+        self.stats["spill_peak_bytes"] = max(self.stats["spill_peak_bytes"], self._spill_bytes)
+        self.stats["disk_peak_bytes"] = max(self.stats["disk_peak_bytes"], self._disk_now())
+
+    @contextlib.contextmanager
+    def _guard(self, phase: str):
+        """Turn a full disk into :class:`DiskFullError` with the build removed."""
+        try:
+            yield
+        except OSError as err:
+            if err.errno not in _DISK_FULL_ERRNOS:
+                raise
+            error = self._disk_full(err, phase)
+            self.abort()
+            raise error from err
 
     # ---- lifetime
     def __enter__(self) -> ImageWriter:
@@ -479,6 +695,11 @@ class ImageWriter:
         self._part_files = {}
 
     # ---- node data
+    def node_progress(self, total: int):
+        """A progress task for ``total`` node rows: returns the callable that advances it."""
+        self._progress.task("node data", total, "nodes")
+        return lambda count: self._progress.advance("node data", count)
+
     def _open_node_sections(self) -> None:
         layout = layout_sections(self.num_nodes, 0, self.feature_dim, self.feature_dtype, IndexDtype.U32)
         row_bytes = self.feature_dim * self.feature_dtype.itemsize
@@ -512,7 +733,8 @@ class ImageWriter:
             raise ValueError(f"Feature rows must have shape (n, {self.feature_dim}), not {rows.shape}")
         for offset, chunk in self._row_chunks(rows, max(section.row_bytes, 1)):
             encoded = encode_features(chunk, self.feature_dtype, self.int8_scale)
-            section.write(self._fd, start + offset, encoded)
+            with self._guard("writing features of"):
+                section.write(self._fd, start + offset, encoded)
 
     def write_labels(self, start: int, labels) -> None:
         """Labels of nodes ``start, start + 1, ...`` (-1: unlabeled). Must come in order."""
@@ -527,7 +749,8 @@ class ImageWriter:
             if self.num_classes is not None and high >= self.num_classes:
                 raise ValueError(f"Label {high} is outside [0, {self.num_classes}) classes")
             self._label_max = max(self._label_max, high)
-        section.write(self._fd, start, labels.astype("<i4", copy=False))
+        with self._guard("writing labels of"):
+            section.write(self._fd, start, labels.astype("<i4", copy=False))
 
     def write_split(self, start: int, codes) -> None:
         """Split codes (:class:`~smartsage.spec.image.Split`) of nodes ``start, ...``. In order."""
@@ -538,7 +761,8 @@ class ImageWriter:
         if codes.size and (int(codes.min()) < 0 or int(codes.max()) > 3):
             raise ValueError("Split codes must be 0 (none), 1 (train), 2 (val) or 3 (test)")
         codes = codes.astype("u1", copy=False)
-        section.write(self._fd, start, codes)
+        with self._guard("writing the split of"):
+            section.write(self._fd, start, codes)
         self._split_counts += np.bincount(codes, minlength=4)[:4]
 
     # ---- edges
@@ -557,8 +781,9 @@ class ImageWriter:
             if array.dtype.kind not in "iu":
                 raise ValueError(f"Node ids must be integers, not {array.dtype}")
         t0 = time.perf_counter()
-        for start in range(0, len(src), self._add_slice):
-            self._add_slice_edges(src[start:start + self._add_slice], dst[start:start + self._add_slice])
+        with self._guard("spilling edges of"):
+            for start in range(0, len(src), self._add_slice):
+                self._add_slice_edges(src[start:start + self._add_slice], dst[start:start + self._add_slice])
         self.stats["seconds_add"] += time.perf_counter() - t0
 
     def _add_slice_edges(self, src: np.ndarray, dst: np.ndarray) -> None:
@@ -611,6 +836,7 @@ class ImageWriter:
             files = self._part_files[index] = _SpillFiles(self._part_path("0", index))
         files.write(src, dst)
         self._part_counts[index] += len(src)
+        self._spill_bytes += len(src) * self._codec.edge_bytes
 
     # ---- finalize
     def finalize(self) -> ImageHeader:
@@ -618,7 +844,9 @@ class ImageWriter:
         if self._finished:
             raise ValueError("The image is already finalized")
         try:
-            header = self._finalize()
+            with self._guard("sorting the edges of"):
+                self._note_disk()
+                header = self._finalize()
         except BaseException:
             self.abort()
             raise
@@ -658,7 +886,7 @@ class ImageWriter:
             parts.append((path, int(self._part_counts[index]), lo, hi))
         if n == 0 and parts == []:
             parts.append((None, 0, 0, 0))
-        self._progress.task("sorting", int(self._part_counts.sum()))
+        self._progress.task("sorting", int(self._part_counts.sum()), "edges")
 
         self._indptr_crc = 0
         self._indices_crc = 0
@@ -704,6 +932,7 @@ class ImageWriter:
         page = header.pack()
         assert len(page) == HEADER_SIZE
         _pwrite_all(self._fd, page, 0)
+        self._note_disk()
         os.close(self._fd)
         self._fd = None
         os.replace(self._image_tmp, self.path)
@@ -715,6 +944,11 @@ class ImageWriter:
     def _plan(self, part: tuple[str | None, int, int, int], pending: list) -> None:
         """Queue a partition for a block, redistributing it first if it alone exceeds the budget."""
         path, edges, lo, hi = part
+        if self._cost(edges, hi - lo) > self.memory_budget and hi - lo == 1:
+            raise MemoryBudgetError(
+                f"memory budget {format_bytes(self.memory_budget)} is too small for {self.path}: node {lo} "
+                f"has {edges:,} entries before duplicates are dropped and its adjacency list is sorted in "
+                f"memory at once, which needs {format_bytes(self._cost(edges, 1))}; raise the budget")
         if self._cost(edges, hi - lo) > self.memory_budget and hi - lo > 1:
             self._flush_block(pending)
             for sub in self._redistribute(part):
@@ -755,10 +989,13 @@ class ImageWriter:
                             g.write(src[start:end], dst[start:end])
                             start = end
                         sub_counts += counts
+                        self._spill_bytes += len(src) * self._codec.edge_bytes
+                        self._note_disk()
             finally:
                 for g in files.values():
                     g.close()
             _remove_spill(path)
+            self._spill_bytes -= edges * self._codec.edge_bytes
             self.stats["redistributed_edges"] += edges
         subs = []
         for index in range(count):
@@ -774,6 +1011,7 @@ class ImageWriter:
             return
         lo, hi = pending[0][2], pending[-1][3]
         total = sum(p[1] for p in pending)
+        self._note_disk()  # the peak: every spill file left, and the indices written so far
         t0 = time.perf_counter()
         src_local = np.empty(total, self._codec.id_dtype)
         dst = np.empty(total, self._codec.id_dtype)
@@ -784,6 +1022,7 @@ class ImageWriter:
             _read_into(path + ".src", src_local[at:at + edges])
             _read_into(path + ".dst", dst[at:at + edges])
             _remove_spill(path)
+            self._spill_bytes -= edges * self._codec.edge_bytes
             at += edges
         pending.clear()
         src_local -= src_local.dtype.type(lo)
@@ -802,6 +1041,7 @@ class ImageWriter:
         del raw, out
         self._write_indptr(indptr_local[1:] + self._edges_written)
         self._edges_written += int(indptr_local[-1])
+        self._note_disk()
         self._progress.advance("sorting", total)
         self.stats["seconds_load"] += t1 - t0
         self.stats["seconds_sort"] += t2 - t1

@@ -75,7 +75,7 @@ def test_import_edge_list_with_node_data(tmp_path, capsys):
     out = tmp_path / "g.img"
     assert main(["graph", "import", str(text), "--features", str(tmp_path / "x.npy"), "--labels",
                  str(tmp_path / "y.npy"), "--split", str(tmp_path / "split.npy"), "--feature-dtype", "bf16",
-                 "--symmetrize", "--drop-duplicates", "--drop-self-loops", "--memory-budget", "32k",
+                 "--symmetrize", "--drop-duplicates", "--drop-self-loops", "--edge-budget", "32k",
                  "--no-progress", "-o", str(out)]) == 0
     assert "wrote" in capsys.readouterr().out
     summary = verify_image(out)

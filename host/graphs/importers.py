@@ -5,7 +5,10 @@ Sources:
 - text edge lists: ``src dst`` per line (whitespace separated; further columns such as weights are
   ignored; ``#`` and ``%`` start comments; blank lines skipped), read in chunks of lines;
 - ``.npy`` / ``.npz`` with an ``edge_index`` array of shape ``(2, E)`` (a ``.npz`` holding one array,
-  or the key ``edge_index``); ``.npy`` files are memory-mapped, so they may exceed memory;
+  or the key ``edge_index``), or a binary edge list of shape ``(E, 2)`` (one ``src, dst`` pair per
+  row; a ``(2, 2)`` array is read as ``(2, E)``), int32/int64 (or unsigned). A ``.npy`` file is
+  streamed: read in chunks at its offsets (``pread``), never loaded or memory-mapped whole, so
+  it may be far larger than memory and its pages never count toward the process's resident set;
 - a scipy sparse matrix (row -> column; square) or a scipy ``.npz`` (``scipy.sparse.save_npz``);
 - a PyG ``Data`` object (``edge_index``, and ``x``, ``y``, ``train_mask`` / ``val_mask`` /
   ``test_mask`` when present).
@@ -34,7 +37,7 @@ from smartsage.spec.image import FeatureDtype, ImageHeader
 from smartsage.spec.image_writer import DEFAULT_MEMORY_BUDGET, ImageWriter
 
 __all__ = ["import_graph", "import_edge_list", "import_edge_index", "import_scipy", "import_pyg",
-           "read_edge_list", "detect_format", "import_edges", "EDGE_LIST_CHUNK"]
+           "read_edge_list", "detect_format", "import_edges", "EDGE_LIST_CHUNK", "NpyEdges"]
 
 #: Edges per chunk of an array source; bytes per block of a text edge list.
 EDGE_LIST_CHUNK = 1 << 20
@@ -165,6 +168,69 @@ def _load_edge_index(path: str | os.PathLike) -> np.ndarray:
     return array
 
 
+class NpyEdges:
+    """A ``.npy`` edge array on disk, ``(2, E)`` or ``(E, 2)``, streamed in chunks of edges.
+
+    Only the header is parsed up front; :meth:`chunks` reads each chunk's bytes at its offset
+    (``os.pread``): memory is O(chunk), whatever the file's size.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path)
+        with open(self.path, "rb") as f:
+            try:
+                version = np.lib.format.read_magic(f)
+                if version == (1, 0):
+                    shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+                else:
+                    shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+            except (ValueError, OSError) as err:
+                raise ValueError(f"{self.path}: not a readable .npy/.npz file ({err})") from None
+            self.offset = f.tell()
+        if dtype.kind not in "iu" or dtype.hasobject:
+            raise ValueError(f"{self.path}: edge array must hold integers, not {dtype}")
+        if len(shape) != 2 or 2 not in shape:
+            raise ValueError(f"{self.path}: edge array must have shape (2, E) or (E, 2), not {shape}")
+        self.dtype = dtype
+        self.shape = tuple(int(d) for d in shape)
+        self.fortran = bool(fortran)
+        #: ``(2, E)`` layout (rows of sources and destinations), else ``(E, 2)`` (pairs)
+        self.rows_layout = self.shape[0] == 2
+        self.num_edges = self.shape[1] if self.rows_layout else self.shape[0]
+        size = os.path.getsize(self.path)
+        if self.offset + 2 * self.num_edges * dtype.itemsize > size:
+            raise ValueError(f"{self.path}: file is shorter than its {self.shape} {dtype} array")
+        # contiguous columns (src block, dst block) or interleaved pairs, whatever the header says
+        self.planar = self.rows_layout != self.fortran
+
+    def _read(self, fd: int, first: int, count: int) -> np.ndarray:
+        itemsize = self.dtype.itemsize
+        out = np.empty(count, self.dtype)
+        view = memoryview(out.view(np.uint8))
+        offset = self.offset + first * itemsize
+        while len(view):
+            got = os.preadv(fd, [view], offset)
+            if got <= 0:
+                raise ValueError(f"{self.path}: file ended early")
+            view = view[got:]
+            offset += got
+        return out
+
+    def chunks(self, chunk: int = EDGE_LIST_CHUNK) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            e = self.num_edges
+            for start in range(0, e, chunk):
+                count = min(chunk, e - start)
+                if self.planar:
+                    yield self._read(fd, start, count), self._read(fd, e + start, count)
+                else:
+                    pairs = self._read(fd, 2 * start, 2 * count)
+                    yield pairs[0::2].copy(), pairs[1::2].copy()
+        finally:
+            os.close(fd)
+
+
 def _array_chunks(edge_index, chunk: int = EDGE_LIST_CHUNK) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     for start in range(0, edge_index.shape[1], chunk):
         block = np.asarray(edge_index[:, start:start + chunk])
@@ -224,7 +290,7 @@ def import_edges(path, edges: Iterable[tuple[np.ndarray, np.ndarray]], *, num_no
                  features=None, labels=None, split=None, num_classes: int | None = None,
                  feature_dtype: FeatureDtype | str | None = None, symmetrize: bool = False,
                  drop_duplicates: bool = False, drop_self_loops: bool = False,
-                 memory_budget: int | str = DEFAULT_MEMORY_BUDGET, progress: bool = False,
+                 memory_budget: int | str = DEFAULT_MEMORY_BUDGET, progress: bool = False, temp_dir=None,
                  expected_edges: int | None = None) -> tuple[ImageHeader, dict]:
     """Write an image from edge chunks and optional node data. Returns its header and the writer's stats."""
     features = _load_node_array(features, "features")
@@ -260,7 +326,7 @@ def import_edges(path, edges: Iterable[tuple[np.ndarray, np.ndarray]], *, num_no
         feature_rows, int8_scale = iter(()), None
     with ImageWriter(path, num_nodes, feature_dim=feature_dim, feature_dtype=dtype, num_classes=num_classes,
                      symmetrize=symmetrize, drop_self_loops=drop_self_loops, drop_duplicates=drop_duplicates,
-                     memory_budget=memory_budget, int8_scale=int8_scale, progress=progress,
+                     memory_budget=memory_budget, int8_scale=int8_scale, progress=progress, temp_dir=temp_dir,
                      expected_edges=expected_edges) as writer:
         if num_nodes is not None:
             for start, rows in feature_rows:
@@ -279,6 +345,11 @@ def import_edges(path, edges: Iterable[tuple[np.ndarray, np.ndarray]], *, num_no
     return header, writer.stats
 
 
+def _edge_chunk(memory_budget) -> int:
+    """Edges read per chunk of a streamed file: a small share of the budget."""
+    return int(min(max(parse_budget(memory_budget) // 256, 1 << 12), EDGE_LIST_CHUNK))
+
+
 def parse_budget(value) -> int:
     from smartsage.spec.image_writer import parse_size
 
@@ -291,7 +362,13 @@ def import_edge_list(source, path, **options) -> tuple[ImageHeader, dict]:
 
 
 def import_edge_index(source, path, **options) -> tuple[ImageHeader, dict]:
-    """An ``edge_index`` ``(2, E)`` array, or a ``.npy`` / ``.npz`` file holding one -> image."""
+    """An ``edge_index`` ``(2, E)`` array, or a ``.npy`` / ``.npz`` file holding one -> image.
+
+    A ``.npy`` file may also hold ``(E, 2)`` pairs; it is streamed (:class:`NpyEdges`)."""
+    if isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(".npy"):
+        edges = NpyEdges(source)
+        chunk = _edge_chunk(options.get("memory_budget", DEFAULT_MEMORY_BUDGET))
+        return import_edges(path, edges.chunks(chunk), expected_edges=edges.num_edges, **options)
     array = _load_edge_index(source) if isinstance(source, (str, os.PathLike)) else _edge_index_array(source)
     return import_edges(path, _array_chunks(array), expected_edges=array.shape[1], **options)
 

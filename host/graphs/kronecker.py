@@ -227,7 +227,8 @@ def kronecker_classes(config: KroneckerConfig, nodes: np.ndarray) -> np.ndarray:
 
 def generate_kronecker(path, config: KroneckerConfig, node_data: NodeDataConfig | None = None, *,
                        symmetrize: bool | None = None, drop_self_loops: bool = True, drop_duplicates: bool = True,
-                       memory_budget: int = DEFAULT_MEMORY_BUDGET, progress: bool = False
+                       memory_budget: int = DEFAULT_MEMORY_BUDGET, progress: bool = False,
+                       temp_dir: str | None = None
                        ) -> tuple[ImageHeader, dict]:
     """Write a Kronecker image. Returns its header and the writer's statistics.
 
@@ -245,9 +246,11 @@ def generate_kronecker(path, config: KroneckerConfig, node_data: NodeDataConfig 
     with ImageWriter(path, n, feature_dim=node_data.feature_dim, feature_dtype=node_data.feature_dtype,
                      num_classes=config.num_classes, symmetrize=symmetrize, drop_self_loops=drop_self_loops,
                      drop_duplicates=drop_duplicates, memory_budget=memory_budget, progress=progress,
+                     temp_dir=temp_dir,
                      flags=FLAG_SYMMETRIZED if full_symmetric else 0,
                      expected_edges=config.num_edges) as writer:
-        write_node_data(writer, node_data, n, lambda nodes: kronecker_classes(config, nodes))
+        write_node_data(writer, node_data, n, lambda nodes: kronecker_classes(config, nodes),
+                        progress=writer.node_progress(n))
         for src, dst in prefetch(kronecker_edges(config)):
             writer.add_edges(src, dst)
         header = writer.finalize()

@@ -242,7 +242,8 @@ def rmat_edges(config: RmatConfig, first_chunk: int = 0) -> Iterator[tuple[np.nd
 
 def generate_rmat(path, config: RmatConfig, node_data: NodeDataConfig | None = None, *,
                   symmetrize: bool = True, drop_self_loops: bool = True, drop_duplicates: bool = True,
-                  memory_budget: int = DEFAULT_MEMORY_BUDGET, progress: bool = False) -> tuple[ImageHeader, dict]:
+                  memory_budget: int = DEFAULT_MEMORY_BUDGET, progress: bool = False,
+                  temp_dir: str | None = None) -> tuple[ImageHeader, dict]:
     """Write an R-MAT image. Returns its header and the writer's statistics."""
     if node_data is None:
         node_data = NodeDataConfig(num_classes=config.num_classes, seed=config.seed)
@@ -252,8 +253,10 @@ def generate_rmat(path, config: RmatConfig, node_data: NodeDataConfig | None = N
     with ImageWriter(path, n, feature_dim=node_data.feature_dim, feature_dtype=node_data.feature_dtype,
                      num_classes=config.num_classes, symmetrize=symmetrize, drop_self_loops=drop_self_loops,
                      drop_duplicates=drop_duplicates, memory_budget=memory_budget, progress=progress,
+                     temp_dir=temp_dir,
                      expected_edges=config.num_edges) as writer:
-        write_node_data(writer, node_data, n, lambda nodes: rmat_classes(config, nodes))
+        write_node_data(writer, node_data, n, lambda nodes: rmat_classes(config, nodes),
+                        progress=writer.node_progress(n))
         for src, dst in prefetch(rmat_edges(config)):
             writer.add_edges(src, dst)
         header = writer.finalize()

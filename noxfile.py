@@ -1,4 +1,5 @@
-"""Sessions: ``nox -s tests`` (the README's test command), ``lint``, ``demo`` (the main job), ``cosim``, ``bench``.
+"""Sessions: ``nox -s tests`` (the README's test command), ``lint``, ``demo`` (the main job), ``cosim``, ``bench``,
+``outofcore`` (training on an image larger than the memory given; docs/outofcore.md).
 
 Every session installs the project with its extras into its own virtual environment, so a fresh machine
 needs only Python 3.11 and nox. ``torch==2.13.0`` is pinned in pyproject.toml: it installs the CPU wheel that
@@ -75,3 +76,16 @@ def bench(session: nox.Session) -> None:
     _install(session)
     session.run("smartsage", "bench", "-o", "docs/benchmarks.md", *session.posargs)
     session.run("python", "-m", "smartsage.cosim.bench", "--config", "default", "-o", "build/bench/rtl.json")
+
+
+@nox.session(python=PYTHON)
+def outofcore(session: nox.Session) -> None:
+    """Training on an image 5x larger than the memory each backend is given (docs/outofcore.md).
+
+    Builds the R-MAT scale-23 image with 128 fp32 features (5.1 GiB) if it is not there, then runs
+    ``smartsage bench outofcore`` with a 1 GiB memory cgroup per backend (root, or a delegated cgroup,
+    is needed; ``-- --no-cgroup`` drops the page cache per batch instead). About 20 minutes on the
+    project's 2-core machine. Pass ``-- --scale 24 --image build/outofcore/rmat24.img`` for a larger one.
+    """
+    _install(session)
+    session.run("smartsage", "bench", "outofcore", "--build", "-o", "docs/outofcore/rmat23.md", *session.posargs)

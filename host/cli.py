@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "smartsage.host.cli_demo",
     "smartsage.host.cli_bench",
     "smartsage.host.cli_rtl",
+    "smartsage.host.cli_model",
 )
 
 #: Exceptions that are the user's input at fault: printed as one line, exit status 2.

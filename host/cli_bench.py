@@ -41,6 +41,10 @@ def register(subparsers) -> None:
     p.add_argument("--rtl", action="store_true", help="also run the RTL co-simulation benchmark (slow)")
     p.add_argument("-o", "--output", type=pathlib.Path, help="write the report (markdown) here")
     p.set_defaults(func=run)
+    kinds = p.add_subparsers(dest="bench_kind", metavar="KIND", help="another benchmark: outofcore")
+    from . import cli_outofcore
+
+    cli_outofcore.register_into(kinds)
 
 
 def run(args) -> int:

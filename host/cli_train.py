@@ -15,7 +15,7 @@ from .cli_sample import parse_fanouts
 
 #: Kept in step with smartsage.host.train.SAMPLER_BACKENDS (a test checks); the CLI does not import torch
 #: until a command needs it.
-BACKENDS = ("direct", "golden", "hls", "mmap", "rtl")
+BACKENDS = ("direct", "dram", "golden", "hls", "mmap", "rtl")
 
 
 def fanouts_argument(text: str) -> tuple[int, ...]:
@@ -39,6 +39,8 @@ def register(subparsers) -> None:
     p.add_argument("--dropout", type=float, default=0.2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--eval-nodes", type=int, default=4096, help="val/test nodes evaluated per epoch (0: all)")
+    p.add_argument("--prefetch", type=int, default=2, metavar="N",
+                   help="commands run ahead of training in a background thread (default 2; 0: serial loop)")
     p.add_argument("--checkpoint", type=pathlib.Path, help="checkpoint written after every epoch")
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     p.add_argument("--json", type=pathlib.Path, help="write the per-epoch results as JSON")
@@ -52,7 +54,7 @@ def run(args) -> int:
     console = Console(stderr=True)
     config = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, fanouts=args.fanouts, hidden=args.hidden,
                          lr=args.lr, dropout=args.dropout, seed=args.seed,
-                         max_eval_nodes=args.eval_nodes or None)
+                         max_eval_nodes=args.eval_nodes or None, prefetch=args.prefetch)
     if args.resume and args.checkpoint is None:
         raise ValueError("--resume needs --checkpoint")
     sampler = open_sampler(args.backend, args.image, get_config(args.config))
@@ -89,7 +91,9 @@ def _fmt(value, spec):
 def _epoch_line(r: dict) -> str:
     return (f"epoch {r['epoch']}: loss {r['loss']:.4f}  val {_fmt(r['val_acc'], '.4f')}  "
             f"test {_fmt(r['test_acc'], '.4f')}  {_fmt(r['sampled_edges_per_s'], ',.0f')} sampled edges/s  "
-            f"{r['io']['bytes_to_host'] / 2**20:.1f} MiB to host")
+            f"{r['io']['bytes_to_host'] / 2**20:.1f} MiB to host  "
+            f"(commands {r['phases']['command']:.2f} s, waited {r['phases']['wait']:.2f} s, "
+            f"prefetch {r['prefetch']})")
 
 
 def _table(history: list[dict], backend: str) -> Table:

@@ -9,6 +9,13 @@ Batch seeds: the targets of epoch e are a permutation of the train nodes drawn b
 ``numpy.random.default_rng([seed, e])``; batch b of epoch e is sampled with the command seed
 ``(seed * 0x9E3779B97F4A7C15 + e * 0x100000001B3 + b) mod 2^64``. Evaluation batches use epoch
 index ``EVAL_EPOCH``, so validation and test samples are the same in every epoch and run.
+
+Pipelining: with ``TrainConfig.prefetch`` > 0 (the default, 2) the next batches' commands run in a
+background thread while the model trains on the current one (:mod:`smartsage.host.pipeline`); the
+batches, and so the losses, are identical to the serial loop (``prefetch=0``). Each epoch's record
+says where the time went: ``phases`` holds the seconds spent waiting for batches, inside the
+sampler's commands (overlapped when prefetching), building blocks and tensors, and in forward,
+backward and the optimizer step.
 """
 
 from __future__ import annotations
@@ -31,8 +38,9 @@ from .backends.software import IOCounters
 from .blocks import to_blocks
 from .driver import DeviceBatch
 from .model import GraphSAGE, features_to_tensor
+from .pipeline import sampled_batches
 
-__all__ = ["TrainConfig", "Trainer", "open_sampler", "batch_seed", "SAMPLER_BACKENDS"]
+__all__ = ["TrainConfig", "Trainer", "open_sampler", "batch_seed", "epoch_commands", "SAMPLER_BACKENDS"]
 
 EVAL_EPOCH = 0xFFFF_FFFF
 U64 = (1 << 64) - 1
@@ -41,6 +49,16 @@ U64 = (1 << 64) - 1
 def batch_seed(seed: int, epoch: int, batch: int) -> int:
     """The command seed of batch ``batch`` of epoch ``epoch`` (see the module docstring)."""
     return (seed * 0x9E3779B97F4A7C15 + epoch * 0x100000001B3 + batch) & U64
+
+
+def epoch_commands(train_nodes: np.ndarray, seed: int, epoch: int, batch_size: int,
+                   max_batches: int | None = None) -> list[tuple[np.ndarray, int]]:
+    """The ``(targets, command seed)`` of every training batch of ``epoch`` (see the module docstring)."""
+    order = np.random.default_rng([seed, epoch]).permutation(train_nodes)
+    num_batches = -(-order.size // batch_size)
+    if max_batches is not None:
+        num_batches = min(num_batches, max_batches)
+    return [(order[b * batch_size:(b + 1) * batch_size], batch_seed(seed, epoch, b)) for b in range(num_batches)]
 
 
 @dataclasses.dataclass
@@ -56,6 +74,7 @@ class TrainConfig:
     eval_batch_size: int = 1024
     max_eval_nodes: int | None = 4096   # evaluate on at most this many val/test nodes (None: all, 0: none)
     max_batches: int | None = None      # train on at most this many batches per epoch (None: all)
+    prefetch: int = 2                   # commands run ahead of training in a background thread (0: serial)
 
     def __post_init__(self):
         self.fanouts = tuple(int(k) for k in self.fanouts)
@@ -69,6 +88,8 @@ class TrainConfig:
             raise ValueError(f"Hidden width must be a positive integer, not {self.hidden!r}")
         if not self.lr > 0:
             raise ValueError(f"Learning rate must be positive, not {self.lr!r}")
+        if self.prefetch < 0:
+            raise ValueError(f"Prefetch depth must be a non-negative integer, not {self.prefetch!r}")
 
 
 class _DeviceSampler:
@@ -124,6 +145,11 @@ def _mmap(image_path, config, **options):
     return MmapSampler(image_path, config, **options)
 
 
+def _dram(image_path, config, **options):
+    from .backends.software import DramSampler
+    return DramSampler(image_path, config, **options)
+
+
 def _direct(image_path, config, **options):
     from .backends.software import DirectSampler
     return DirectSampler(image_path, config, **options)
@@ -131,7 +157,7 @@ def _direct(image_path, config, **options):
 
 #: Backend name -> factory(image_path, config) of an object with ``sample``, ``io``, ``image``, ``close``.
 SAMPLER_BACKENDS: dict[str, Callable] = {
-    "golden": _golden, "mmap": _mmap, "direct": _direct, "hls": _hls, "rtl": _rtl,
+    "golden": _golden, "mmap": _mmap, "direct": _direct, "dram": _dram, "hls": _hls, "rtl": _rtl,
 }
 
 
@@ -155,12 +181,17 @@ class Trainer:
         The training hyper-parameters.
     progress:
         Optional callable ``(done, total, description)`` for a progress bar.
+    on_batch:
+        Optional callable, given after every training step a dict: ``index``, ``seed``, ``loss``, the
+        step's phase seconds (``wait``, ``command``, ``blocks``, ``compute``) and the ``batch``.
     """
 
-    def __init__(self, sampler, config: TrainConfig, progress: Callable | None = None):
+    def __init__(self, sampler, config: TrainConfig, progress: Callable | None = None,
+                 on_batch: Callable | None = None):
         self.sampler = sampler
         self.config = config
         self.progress = progress
+        self.on_batch = on_batch
         image: GraphImage = sampler.image
         if image.feature_dim == 0:
             raise ValueError(f"{image.path} has no node features: GraphSAGE needs them")
@@ -180,15 +211,19 @@ class Trainer:
         self.history: list[dict] = []
 
     # ---------------------------------------------------------------- one batch
-    def _forward(self, targets: np.ndarray, seed: int) -> tuple[torch.Tensor, DeviceBatch]:
+    def _batches(self, commands):
+        """The commands' batches through the pipeline (``config.prefetch`` ahead)."""
+        return sampled_batches(self.sampler, commands, self.config.fanouts, aggregate=True,
+                               depth=self.config.prefetch)
+
+    def _inputs(self, num_targets: int, batch: DeviceBatch):
+        """Blocks and input tensors of one batch (the host's block-building phase)."""
         fanouts = self.config.fanouts
-        batch = self.sampler.sample(targets, fanouts, seed, aggregate=True)
-        mfg = to_blocks(batch.node_list, batch.counts, len(targets), fanouts, aggregated=True)
+        mfg = to_blocks(batch.node_list, batch.counts, num_targets, fanouts, aggregated=True)
         x_self = features_to_tensor(batch.self_rows, self.image.feature_dtype)
         sums = torch.from_numpy(np.ascontiguousarray(batch.sums, dtype=np.float32))
         count = torch.from_numpy(batch.hop_counts(len(fanouts) - 1).astype(np.int64))
-        logits = self.model.forward_aggregated(mfg, x_self, sums, count)
-        return logits, batch
+        return mfg, x_self, sums, count
 
     def _labels(self, nodes: np.ndarray) -> torch.Tensor:
         labels = np.asarray(self.image.labels[nodes], np.int64)
@@ -200,35 +235,48 @@ class Trainer:
     def train_epoch(self) -> dict:
         cfg = self.config
         epoch = self.epoch
-        order = np.random.default_rng([cfg.seed, epoch]).permutation(self.train_nodes)
-        num_batches = -(-order.size // cfg.batch_size)
-        if cfg.max_batches is not None:
-            num_batches = min(num_batches, cfg.max_batches)
-            order = order[:num_batches * cfg.batch_size]
+        commands = epoch_commands(self.train_nodes, cfg.seed, epoch, cfg.batch_size, cfg.max_batches)
+        num_batches = len(commands)
+        num_targets = sum(targets.size for targets, _ in commands)
         self.model.train()
         io_before = dataclasses.replace(self.sampler.io)
         total_loss, edges, start = 0.0, 0, time.perf_counter()
         losses = []
-        for b in range(num_batches):
-            targets = order[b * cfg.batch_size:(b + 1) * cfg.batch_size]
-            logits, batch = self._forward(targets, batch_seed(cfg.seed, epoch, b))
-            loss = F.cross_entropy(logits, self._labels(targets))
+        phases = dict.fromkeys(("wait", "command", "blocks", "compute"), 0.0)
+        for prepared in self._batches(commands):
+            targets, batch = prepared.targets, prepared.batch
+            t0 = time.perf_counter()
+            inputs = self._inputs(targets.size, batch)
+            labels = self._labels(targets)
+            t1 = time.perf_counter()
+            loss = F.cross_entropy(self.model.forward_aggregated(*inputs), labels)
             self.optimizer.zero_grad()
             loss.backward()
             self.optimizer.step()
             losses.append(loss.item())
+            t2 = time.perf_counter()
+            phases["wait"] += prepared.wait_seconds
+            phases["command"] += prepared.sample_seconds
+            phases["blocks"] += t1 - t0
+            phases["compute"] += t2 - t1
+            if self.on_batch:
+                self.on_batch({"index": prepared.index, "seed": prepared.seed, "loss": losses[-1],
+                               "wait": prepared.wait_seconds, "command": prepared.sample_seconds,
+                               "blocks": t1 - t0, "compute": t2 - t1, "batch": batch})
             total_loss += losses[-1] * targets.size
             edges += int(batch.header.edges_sampled)
             if self.progress:
-                self.progress(b + 1, num_batches, f"epoch {epoch} loss {losses[-1]:.4f}")
+                self.progress(prepared.index + 1, num_batches, f"epoch {epoch} loss {losses[-1]:.4f}")
         seconds = time.perf_counter() - start
         io = self.sampler.io
         record = {
             "epoch": epoch,
-            "loss": total_loss / order.size,
+            "loss": total_loss / num_targets,
             "batch_losses": losses,
             "seconds": seconds,
-            "targets_per_s": order.size / seconds if seconds else None,
+            "prefetch": cfg.prefetch,
+            "phases": phases,
+            "targets_per_s": num_targets / seconds if seconds else None,
             "sampled_edges_per_s": edges / seconds if seconds else None,
             "sampled_edges": edges,
             "io": {f.name: None if getattr(io, f.name) is None else getattr(io, f.name) - getattr(io_before, f.name)
@@ -248,11 +296,12 @@ class Trainer:
         if cfg.max_eval_nodes is not None and nodes.size > cfg.max_eval_nodes:
             nodes = np.random.default_rng([cfg.seed, EVAL_EPOCH]).choice(nodes, cfg.max_eval_nodes, replace=False)
         self.model.eval()
+        commands = [(nodes[b:b + cfg.eval_batch_size], batch_seed(cfg.seed, EVAL_EPOCH, b // cfg.eval_batch_size))
+                    for b in range(0, nodes.size, cfg.eval_batch_size)]
         correct = 0
-        for b in range(0, nodes.size, cfg.eval_batch_size):
-            targets = nodes[b:b + cfg.eval_batch_size]
-            logits, _ = self._forward(targets, batch_seed(cfg.seed, EVAL_EPOCH, b // cfg.eval_batch_size))
-            correct += int((logits.argmax(1) == self._labels(targets)).sum())
+        for prepared in self._batches(commands):
+            logits = self.model.forward_aggregated(*self._inputs(prepared.targets.size, prepared.batch))
+            correct += int((logits.argmax(1) == self._labels(prepared.targets)).sum())
         return correct / nodes.size
 
     # ---------------------------------------------------------------- checkpoints

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+import time
 
 import numpy as np
 
@@ -90,6 +91,9 @@ class SampleStats:
     #: Distinct 4 KiB storage pages the reads touched; None where an implementation does not count them
     #: (the golden model does not; the HLS and RTL backends count the pages of the reads they issued).
     storage_pages: int | None = None
+    #: Wall seconds the model spent in the command's aggregation phase (gathering and folding feature
+    #: rows); the rest of the command is sampling. A measurement of this run, not part of the result.
+    aggregate_seconds: float = dataclasses.field(default=0.0, compare=False)
 
 
 @dataclasses.dataclass
@@ -466,7 +470,9 @@ def _execute(image, fields: dict[str, int], targets: np.ndarray, config: KernelC
         if sum_bytes > fields["sum_capacity"]:
             return fail(Status.FEATURES_CAPACITY, index=1, value=sum_bytes, node_list=node_list, counts=counts)
         last = node_list[:last_size]
+        started = time.perf_counter()
         self_rows, sums = _aggregate(image, last, node_parts[-1], count_parts[-1])
+        stats.aggregate_seconds = time.perf_counter() - started
         stats.feature_rows_read = last_size + node_parts[-1].size
         stats.read_requests += stats.feature_rows_read
     result = ResultHeader(status=int(Status.OK), nodes_written=node_list.size, counts_written=counts.size,

@@ -14,7 +14,11 @@ sampler does, through an instrumented view of the image:
     reads them with a deep queue of aligned ``preadv`` calls from a thread pool (SmartSAGE's own software
     fix). There is no page cache: every batch reads what it needs.
 
-Both can start cold (``posix_fadvise(POSIX_FADV_DONTNEED)`` on the image) and count storage reads,
+``dram``
+    The upper bound: the whole image copied into this process's memory when the sampler opens (one
+    sequential read of the file), then no storage reads at all.
+
+The file-backed ones can start cold (``posix_fadvise(POSIX_FADV_DONTNEED)`` on the image) and count storage reads,
 bytes read from storage and bytes sent to the host (for a host-side sampler, everything read from
 storage crosses the link to the host).
 """
@@ -25,6 +29,7 @@ import concurrent.futures
 import dataclasses
 import mmap
 import os
+import time
 
 import numpy as np
 
@@ -35,8 +40,8 @@ from smartsage.spec.image import PAGE_SIZE, GraphImage, SectionKind
 
 from ..driver import DeviceBatch, DeviceError
 
-__all__ = ["IOCounters", "MmapSampler", "DirectSampler", "drop_page_cache", "sample_mmap",
-           "sample_direct"]
+__all__ = ["IOCounters", "MmapSampler", "DirectSampler", "DramSampler", "InMemoryImage", "drop_page_cache",
+           "sample_mmap", "sample_direct"]
 
 
 def drop_page_cache(path: str | os.PathLike) -> None:
@@ -190,7 +195,11 @@ class _DirectReader(_PageReader):
         buffer = mmap.mmap(-1, pages.size * PAGE_SIZE)
         try:
             runs = self._runs(pages)
-            list(self._pool.map(lambda run: self._read_run(buffer, *run), runs))
+            # queue_depth workers each read an interleaved share of the runs back to back: as many reads
+            # in flight as workers, and one task per worker rather than per read (Python's per-task
+            # cost would otherwise bound the read rate, not the disk).
+            shares = [runs[w::self.queue_depth] for w in range(min(self.queue_depth, len(runs)))]
+            list(self._pool.map(lambda share: [self._read_run(buffer, *run) for run in share], shares))
             self.io.storage_reads += len(runs)
             self.io.storage_pages += int(pages.size)
             self.io.storage_bytes += int(pages.size) * PAGE_SIZE
@@ -209,6 +218,41 @@ class _DirectReader(_PageReader):
             out[lo:lo + 4096] = data[offset[lo:lo + 4096, None] + span]
         values = out.view(view.dtype)
         return values.reshape((rows.size,) + view.shape[1:])
+
+
+class InMemoryImage(GraphImage):
+    """A :class:`GraphImage` copied into this process's anonymous memory (the DRAM-only baseline).
+
+    The file is read once, sequentially, when the image opens; afterwards the views point into the
+    copy and reading them never touches storage. The copy costs the file's size in resident memory.
+    """
+
+    def __init__(self, path: str | os.PathLike, chunk_bytes: int = 64 << 20):
+        super().__init__(path)
+        copy = mmap.mmap(-1, self.file_size)
+        try:
+            view = memoryview(copy)
+            with open(self.path, "rb", buffering=0) as file:
+                done = 0
+                while done < self.file_size:
+                    got = file.readinto(view[done:done + chunk_bytes])
+                    if not got:
+                        raise OSError(f"{self.path} ended at byte {done} of {self.file_size} while copying it")
+                    done += got
+            view.release()
+        except BaseException:
+            copy.close()
+            self.close()
+            raise
+        self._mmap.close()
+        self._mmap = copy
+
+
+class _MemoryReader(_PageReader):
+    """Reads straight from an :class:`InMemoryImage`: nothing is a storage read."""
+
+    def gather(self, view, rows):
+        return np.asarray(view._array[rows])
 
 
 class _SoftwareSampler:
@@ -241,7 +285,13 @@ class _SoftwareSampler:
         if self.cold_each_batch:
             self.drop_cache()
         before = dataclasses.replace(self.reader.io)
+        started = time.perf_counter()
         result = golden.sample(self.reader, targets, fanouts, seed, aggregate=aggregate, config=self.config)
+        seconds = time.perf_counter() - started
+        #: Wall seconds of the last command's phases: sampling (indptr and indices reads, the draws)
+        #: and aggregation (gathering the feature rows, the sums).
+        self.last_phases = {"sampling": seconds - result.stats.aggregate_seconds,
+                            "aggregation": result.stats.aggregate_seconds}
         if result.header.status != Status.OK:
             raise DeviceError(result.header)
         spent = IOCounters(*(getattr(self.reader.io, f.name) - getattr(before, f.name)
@@ -266,9 +316,25 @@ class _SoftwareSampler:
 
 
 class MmapSampler(_SoftwareSampler):
-    """The ``mmap`` baseline (see the module docstring)."""
+    """The ``mmap`` baseline (see the module docstring).
+
+    ``forget_each_batch``: count every page a batch touches as a storage read, without dropping the
+    page cache (the accounting of an image far larger than the sampler's memory, where no page is
+    assumed to survive from one batch to the next; the kernel's I/O counters then tell how many
+    really came from the disk).
+    """
 
     name = "mmap"
+
+    def __init__(self, image, config: KernelConfig = CONFIGS["default"], cold: bool = True,
+                 cold_each_batch: bool = False, forget_each_batch: bool = False):
+        self.forget_each_batch = forget_each_batch
+        super().__init__(image, config, cold, cold_each_batch)
+
+    def sample(self, targets, fanouts, seed: int, aggregate: bool = False) -> DeviceBatch:
+        if self.forget_each_batch:
+            self.reader.drop()
+        return super().sample(targets, fanouts, seed, aggregate)
 
     def _make_reader(self) -> _PageReader:
         return _MmapReader(self.image)
@@ -295,6 +361,24 @@ class DirectSampler(_SoftwareSampler):
     def close(self) -> None:
         self.reader.close()
         super().close()
+
+
+class DramSampler(_SoftwareSampler):
+    """The ``dram`` baseline: the image in this process's memory (see the module docstring)."""
+
+    name = "dram"
+
+    def __init__(self, image: str | os.PathLike, config: KernelConfig = CONFIGS["default"], **_options):
+        super().__init__(InMemoryImage(image), config, cold=False)
+        self._owns_image = True
+        #: The one sequential read of the whole file that loaded the image (not a per-batch cost).
+        self.load_bytes = self.image.file_size
+
+    def _make_reader(self) -> _PageReader:
+        return _MemoryReader(self.image)
+
+    def drop_cache(self) -> None:
+        pass  # nothing is cached: everything is in memory
 
 
 def _sample_with(sampler_class, image, targets, fanouts, seed, aggregate, config):

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import queue
-import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 
 from smartsage.spec.image import INT8_FEATURE_SCALE, FeatureDtype, Split, encode_features
+
+from ..pipeline import prefetch  # re-exported: the generators prefetch their edge chunks
 
 __all__ = ["NodeDataConfig", "NODE_BLOCK", "node_rng", "mix64", "class_means", "node_features",
            "split_codes", "write_node_data", "prefetch"]
@@ -164,45 +164,3 @@ def write_node_data(writer, config: NodeDataConfig, num_nodes: int,
             progress(end - start)
 
 
-def prefetch(items: Iterable, depth: int = 2) -> Iterator:
-    """Iterate ``items`` produced ahead in a background thread (order kept, errors re-raised).
-
-    Generation (numpy, which releases the GIL in its loops) then overlaps the writer's work on the
-    previous chunk. The producer stops when the consumer stops early.
-    """
-    slots: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-    done = object()
-
-    def produce() -> None:
-        try:
-            for item in items:
-                while not stop.is_set():
-                    try:
-                        slots.put((item, None), timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
-            slots.put((done, None))
-        except BaseException as err:  # handed to the consumer
-            slots.put((done, err))
-
-    worker = threading.Thread(target=produce, name="smartsage-prefetch", daemon=True)
-    worker.start()
-    try:
-        while True:
-            item, err = slots.get()
-            if item is done:
-                if err is not None:
-                    raise err
-                return
-            yield item
-    finally:
-        stop.set()
-        while worker.is_alive():
-            try:
-                slots.get_nowait()
-            except queue.Empty:
-                worker.join(timeout=0.05)

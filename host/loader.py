@@ -274,7 +274,11 @@ class NeighborLoader:
         path = image.path if isinstance(image, GraphImage) else image
         self.sampler = open_sampler(backend, path, self.config, **sampler_options)
         self.image: GraphImage = self.sampler.image
-        self.input_nodes = self._input_nodes(input_nodes)
+        try:
+            self.input_nodes = self._input_nodes(input_nodes)
+        except BaseException:
+            self.sampler.close()
+            raise
 
     def _input_nodes(self, input_nodes) -> np.ndarray:
         if input_nodes is None:

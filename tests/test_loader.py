@@ -191,3 +191,15 @@ def test_example_trains_pyg_graphsage(image_path):
     history = example.train_pyg(image_path, config, progress=None)
     assert history[-1]["loss"] < history[0]["loss"]
     assert history[-1]["test_acc"] > 0.5      # 4 planted classes: chance is about 0.25
+
+
+def test_shuffled_batches_are_the_commands_of_smartsage_train(image_path):
+    from smartsage.host.train import epoch_commands
+
+    with NeighborLoader(image_path, [3], batch_size=100, shuffle=True, seed=4) as loader:
+        for epoch in range(2):
+            got = [(d.n_id[:d.batch_size].numpy(), d.command_seed) for d in loader]
+            want = epoch_commands(loader.input_nodes, 4, epoch, 100)
+            assert len(got) == len(want)
+            for (nodes, seed), (targets, command_seed) in zip(got, want, strict=True):
+                assert (nodes == targets).all() and seed == command_seed

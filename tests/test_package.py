@@ -18,10 +18,25 @@ from smartsage.spec.config import get_config
 
 TCLSH = shutil.which("tclsh")
 
+
+def _tcl_missing() -> bool:
+    if TCLSH:
+        return False
+    try:
+        import tkinter
+
+        tkinter.Tcl()
+    except Exception:
+        return True
+    return False
+
+
+NO_TCL = pytest.mark.skipif(_tcl_missing(), reason="neither tclsh nor Python's tkinter (Tcl) is installed")
+
 #: Vivado's commands as Tcl procs: options are checked against VIVADO_COMMANDS, every call is logged as a
 #: Tcl list, a command the list lacks is an error (`unknown`).
 STUBS = r"""
-set ::log [open $::env(STUB_LOG) w]
+set ::log [open $::stub_log w]
 namespace eval ipx {}
 proc stub {name options result} {
     proc $name args [string map [list @NAME@ $name @OPTIONS@ $options @RESULT@ $result] {
@@ -51,14 +66,27 @@ RESULTS = {
 }
 
 
-def _run_tcl(directory, tmp_path) -> list[list[str]]:
-    stubs = STUBS + "\n".join(f"stub {name} {{{' '.join(opts)}}} {{{RESULTS.get(name, 'return {}')}}}"
-                              for name, opts in VIVADO_COMMANDS.items())
-    (tmp_path / "stubs.tcl").write_text(stubs + f"\nsource {directory / 'package_xo.tcl'}\nclose $::log\n")
+def _run_tcl(directory, tmp_path, tclsh: str | None = TCLSH) -> list[list[str]]:
+    """Source the package's Tcl under the stubs: in tclsh, or else in the Tcl 8.6 interpreter that Python's
+    tkinter embeds (the same language, no Tk window); returns the logged calls."""
     log = tmp_path / "calls.log"
-    proc = subprocess.run([TCLSH, str(tmp_path / "stubs.tcl")], capture_output=True, text=True,
-                          env={"STUB_LOG": str(log), "PATH": "/usr/bin:/bin"}, timeout=60)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    stubs = f"set ::stub_log {{{log}}}\n" + STUBS + "\n".join(
+        f"stub {name} {{{' '.join(opts)}}} {{{RESULTS.get(name, 'return {}')}}}"
+        for name, opts in VIVADO_COMMANDS.items())
+    script = stubs + f"\nsource {{{directory / 'package_xo.tcl'}}}\nclose $::log\n"
+    if tclsh:
+        (tmp_path / "stubs.tcl").write_text(script)
+        proc = subprocess.run([tclsh, str(tmp_path / "stubs.tcl")], capture_output=True, text=True,
+                              env={"PATH": "/usr/bin:/bin"}, timeout=60)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    else:
+        import tkinter
+
+        interpreter = tkinter.Tcl()
+        try:
+            interpreter.eval(script)
+        except tkinter.TclError as err:
+            raise AssertionError(str(err)) from None
     # each line is a Tcl list of plain words (no braces or spaces inside the words the script uses)
     return [line.split() for line in log.read_text().splitlines()]
 
@@ -70,7 +98,7 @@ def _verilog_masters(verilog: str) -> set[str]:
     return {p.rsplit("_", 1)[0] for p in ports if p.startswith("m_axi_") and p.endswith(("_araddr", "_awaddr"))}
 
 
-@pytest.mark.skipif(TCLSH is None, reason="tclsh is not installed (apt-get install tcl)")
+@NO_TCL
 @pytest.mark.parametrize("config_name", ["small", "wide2"])
 def test_package_tcl_runs_under_tclsh_with_stubs(tmp_path, config_name):
     config = get_config(config_name)
@@ -120,14 +148,30 @@ def test_package_tcl_runs_under_tclsh_with_stubs(tmp_path, config_name):
     assert "vivado -mode batch -source package_xo.tcl" in readme and "v++ --link" in readme
 
 
-@pytest.mark.skipif(TCLSH is None, reason="tclsh is not installed (apt-get install tcl)")
+def _interpreters() -> list[str | None]:
+    """tclsh where installed, and tkinter's Tcl where Python has it (None stands for tkinter)."""
+    found: list[str | None] = [TCLSH] if TCLSH else []
+    try:
+        import tkinter
+
+        tkinter.Tcl()
+        found.append(None)
+    except Exception:
+        pass
+    return found
+
+
+@NO_TCL
 def test_stubs_reject_an_unknown_option_or_command(tmp_path):
     (tmp_path / "pkg").mkdir()
-    for bad, message in (("package_xo -xo_pth x.xo", "unknown option -xo_pth"),
-                         ("ipx::frobnicate core0", "not a stubbed Vivado command")):
-        (tmp_path / "pkg" / "package_xo.tcl").write_text(bad + "\n")
-        with pytest.raises(AssertionError, match=message):
-            _run_tcl(tmp_path / "pkg", tmp_path)
+    for tclsh in _interpreters():
+        (tmp_path / "pkg" / "package_xo.tcl").write_text("ipx::save_core core0\n")
+        assert _run_tcl(tmp_path / "pkg", tmp_path, tclsh) == [["ipx::save_core", "core0"]]
+        for bad, message in (("package_xo -xo_pth x.xo", "unknown option -xo_pth"),
+                             ("ipx::frobnicate core0", "not a stubbed Vivado command")):
+            (tmp_path / "pkg" / "package_xo.tcl").write_text(bad + "\n")
+            with pytest.raises(AssertionError, match=message):
+                _run_tcl(tmp_path / "pkg", tmp_path, tclsh)
 
 
 def test_cli_package_and_unknown_platform(tmp_path, capsys, monkeypatch):

@@ -11,10 +11,12 @@ each in a child process of its own:
 ``mmap``, ``direct``
     The software baselines (:mod:`smartsage.host.backends.software`), confined to the memory budget.
 ``device``
-    The golden model, the device's function, confined like the baselines: it provides the batches
-    (identical to every other backend's) on which the host's block building and training are
-    measured; the device's own command time is modelled (:mod:`smartsage.host.perfmodel`, see
-    docs/performance-model.md), since no SmartSSD is attached here.
+    The golden model, the device's function: it provides the batches (identical to every other
+    backend's) on which the host's block building and training are measured; the device's own
+    command time is modelled (:mod:`smartsage.host.perfmodel`, see docs/performance-model.md), since
+    no SmartSSD is attached here. It runs unconfined: its storage reads and its device memory (the
+    driver's model of the card's DDR, hundreds of MB) are the card's, not the host's, and the host
+    phases it measures (blocks, compute) do no I/O.
 
 Confinement is a memory cgroup (:mod:`smartsage.host.memlimit`): the child joins a group limited to
 the budget before it executes anything, so its own memory and the page cache it faults in share
@@ -49,6 +51,10 @@ __all__ = ["OutOfCoreConfig", "OutOfCoreError", "BACKENDS", "run_experiment", "m
            "check_inputs"]
 
 BACKENDS = ("dram", "mmap", "direct", "device")
+#: The backends whose storage reads go through the host's memory: these run under the budget.
+CONFINED = ("mmap", "direct")
+CONFINEMENT_NOTE = ("mmap and direct each in a memory cgroup of the budget (dram holds the whole image and the "
+                    "device stand-in reads the card's storage: both unconfined)")
 PHASES = ("sampling", "aggregation", "blocks", "compute")
 #: The image must be at least this many times larger than the memory budget.
 MIN_IMAGE_RATIO = 4.0
@@ -215,9 +221,20 @@ def _worker(spec: dict) -> dict:
                 "train_nodes": int(trainer.train_nodes.size)}
     finally:
         sampler.close()
-    return {"backend": backend, "setup": setup, "records": records, "image": info,
+    return {"backend": backend, "setup": setup, "records": records, "image": info, "rss_anon_bytes": _rss_anon(),
             "serial_seconds": serial["seconds"], "pipelined_seconds": pipelined["seconds"],
             "torch_threads": torch.get_num_threads()}
+
+
+def _rss_anon() -> int | None:
+    """This process's anonymous resident memory (its own, not the page cache it maps), bytes."""
+    try:
+        for line in pathlib.Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
 
 
 def worker_main(argv: list[str] | None = None) -> int:
@@ -251,7 +268,7 @@ def _run_child(config: OutOfCoreConfig, backend: str, workdir: pathlib.Path, log
     spec_path, out_path, err_path = (workdir / f"{backend}.{x}" for x in ("spec.json", "json", "log"))
     spec_path.write_text(json.dumps(spec))
     out_path.unlink(missing_ok=True)
-    confined = config.confine and backend != "dram"
+    confined = config.confine and backend in CONFINED
     group = MemoryCgroup.create(config.memory_budget, name=f"smartsage-ooc-{os.getpid()}-{backend}",
                                 io_of=config.image) if confined else None
     _drop_image_cache(config.image)
@@ -348,7 +365,7 @@ def _device_model(config: OutOfCoreConfig, results: dict, log, disk_probe=None) 
     kernel = get_config(config.kernel_config)
     # The disk the baselines just ran on, measured now (its figures move with the machine's load).
     probe = disk_probe if disk_probe is not None else perfmodel.probe_disk(config.image, cache=False)
-    ssds = {"this-disk": perfmodel.SsdModel.from_probe(probe), "PM983": perfmodel.PM983}
+    ssds = {"this-disk": _monotone(perfmodel.SsdModel.from_probe(probe)), "PM983": perfmodel.PM983}
     serial = [r for r in device["records"] if not r["pipelined"]]
     host = {r["index"]: r["blocks"] + r["compute"] for r in serial}
     phases = {r["index"]: (r["blocks"], r["compute"]) for r in serial}
@@ -384,8 +401,75 @@ def _device_model(config: OutOfCoreConfig, results: dict, log, disk_probe=None) 
         rows.append(row)
         log(f"{row['name']}: {row['serial']:.3f} s/batch serial, {row['pipelined']:.3f} pipelined "
             f"(bound: {row['bound']})")
-    return {"probe": probe.to_dict(),
+    rows += _baseline_rows(config, results, perfmodel, ssds, traces, measured, log)
+    return {"probe": probe.to_dict(), "check": _model_check(results, rows, measured),
             "kernel_config": kernel.name, "clock_mhz": kernel.clock_mhz, "rows": rows}
+
+
+def _monotone(ssd):
+    """The probed IOPS table made non-decreasing in queue depth: a disk does not get slower with more reads
+    in flight; a dip in the table is the probe's noise on a shared machine (the other load's I/O)."""
+    if not ssd.iops_by_queue_depth:
+        return ssd
+    best, table = 0.0, []
+    for depth, iops in sorted(ssd.iops_by_queue_depth):
+        best = max(best, iops)
+        table.append((depth, best))
+    return dataclasses.replace(ssd, iops_by_queue_depth=tuple(table))
+
+
+def _baseline_rows(config, results, perfmodel, ssds, traces, measured, log) -> list[dict]:
+    """mmap and direct modelled on each SSD: their page and run counts from the traces, the host CPU of the
+    command measured as the dram backend's (the same golden code with no I/O), the host phases measured
+    on each baseline's own run. mmap's page cache across batches is the budget less the sampler's own
+    anonymous memory (measured), as in the cgroup."""
+    summary = results["summary"]
+    if "dram" not in summary:
+        return []
+    cpu = {r["index"]: r["command"] for r in results["runs"]["dram"]["records"] if not r["pipelined"]}
+    rows = []
+    for backend in ("mmap", "direct"):
+        run = results["runs"].get(backend)
+        if not run or "records" not in run:
+            continue
+        host = {r["index"]: (r["blocks"], r["compute"]) for r in run["records"] if not r["pipelined"]}
+        rss = run.get("rss_anon_bytes") or 0
+        cache_bytes = max(0, config.memory_budget - rss) if run.get("confined") else 0
+        for ssd_name, ssd in ssds.items():
+            cache = perfmodel.PageCache(cache_bytes) if backend == "mmap" and cache_bytes else None
+            per = []
+            for i in range(len(traces)):
+                if backend == "mmap":
+                    t = perfmodel.mmap_time(traces[i], ssd, host_cpu_s=cpu[i], cache=cache)
+                else:
+                    t = perfmodel.direct_time(traces[i], ssd, host_cpu_s=cpu[i])
+                if i in measured:
+                    blocks, compute = host[i]
+                    per.append({"command": t.total_s, "io": t.io_s, "blocks": blocks, "compute": compute,
+                                "serial": t.total_s + blocks + compute, "to_host": t.bytes_to_host,
+                                "pipelined": max(t.total_s, blocks + compute)})
+            storage = "flash latency (QD1 faults)" if backend == "mmap" else "flash IOPS"
+            row = {"name": f"{backend} {ssd_name}", "backend": backend, "ssd": ssd_name, "cache_bytes": cache_bytes,
+                   "sampling": None, "aggregation": None,
+                   "bound": storage if _mean(p["io"] for p in per) > _mean(p["command"] - p["io"] for p in per)
+                   else "host software"}
+            for key in ("command", "io", "blocks", "compute", "serial", "pipelined", "to_host"):
+                row[key] = _mean(p[key] for p in per)
+            rows.append(row)
+            log(f"{row['name']} (model): {row['command']:.3f} s per command")
+    return rows
+
+
+def _model_check(results: dict, rows: list[dict], measured: list[int]) -> list[dict]:
+    """The model of each baseline on this disk beside its measured command time (same batches)."""
+    check = []
+    for row in rows:
+        if row.get("backend") in ("mmap", "direct") and row["ssd"] == "this-disk":
+            run = results["runs"][row["backend"]]
+            got = _mean(r["command"] for r in run["records"] if not r["pipelined"] and r["index"] in measured)
+            check.append({"backend": row["backend"], "measured_s": got, "modelled_s": row["command"],
+                          "residual": row["command"] / got - 1 if got else None})
+    return check
 
 
 def run_experiment(config: OutOfCoreConfig, workdir: pathlib.Path | None = None, log=print,
@@ -499,7 +583,7 @@ def markdown_report(results: dict, command: str) -> str:
         f"{results['image'].get('num_edges', 0):,} CSR entries, {results['image'].get('feature_row_bytes', 0)} "
         f"feature bytes per node, {_gib(results['image_bytes'])}; memory budget {_gib(cfg['memory_budget'])} "
         f"({results['image_bytes'] / cfg['memory_budget']:.1f}x smaller than the image), "
-        f"{'a memory cgroup per backend' if cfg['confine'] else 'NO cgroup: page cache dropped before every batch'}"
+        f"{CONFINEMENT_NOTE if cfg['confine'] else 'NO cgroup: page cache dropped before every batch'}"
         f"; batch {cfg['batch_size']}, fanouts {','.join(map(str, cfg['fanouts']))}, {cfg['batches']} serial + "
         f"{cfg['batches']} pipelined batches per backend (prefetch {cfg['prefetch']}); an epoch is {epoch:,} batches. "
         f"Machine: {results['machine'].get('cpus')} CPUs, load average "
@@ -535,6 +619,17 @@ def markdown_report(results: dict, command: str) -> str:
         lines.append(f"| {backend} | {_mb(acct)} | {_mb(kern)} | {_mb(cg.get('read_bytes_per_batch'))} | "
                      f"{_fmt(cg.get('read_requests_per_batch'), ',.0f')} | {_fmt(s['kernel']['major_faults'], ',.0f')}"
                      f" | {ratio} |")
+    check = (results.get("device_model") or {}).get("check") or []
+    if check:
+        lines += ["", "The performance model of each baseline on this disk (probed after the runs) beside its "
+                  "measured command time, same batches:", "",
+                  "| baseline | measured s/command | modelled s/command | residual |", "|---|---:|---:|---:|"]
+        lines += [f"| {c['backend']} | {_fmt(c['measured_s'])} | {_fmt(c['modelled_s'])} | "
+                  f"{_fmt(None if c['residual'] is None else 100 * c['residual'], '+.0f')}% |" for c in check]
+        probe = results["device_model"]["probe"]
+        lines += ["", f"Disk probe: {probe['qd1_latency_us']:.0f} us at queue depth 1, "
+                  + ", ".join(f"{float(v):,.0f} IOPS at QD {k}" for k, v in probe["iops"].items())
+                  + f", {probe['seq_bandwidth_gbs']:.2f} GB/s sequential, mmap fault {probe['mmap_fault_us']:.0f} us."]
     return "\n".join(lines) + "\n"
 
 
@@ -545,27 +640,39 @@ def plot_report(results: dict, path: pathlib.Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in _rows(results) if r["serial"] is not None]
+    rows = [r for r in _rows(results) if r["serial"] is not None][::-1]  # top to bottom as in the table
     epoch = results["batches_per_epoch"]
-    names = [r["name"] + ("\n(model)" if r["kind"] == "modelled" else "") for r in rows]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [3, 2]})
-    bottom = [0.0] * len(rows)
+    names = [r["name"] + (" (model)" if r["kind"] == "modelled" else " (measured)") for r in rows]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 0.42 * len(rows) + 1.6), sharey=True,
+                                      gridspec_kw={"width_ratios": [3, 2]})
+    left_edge = [0.0] * len(rows)
     colors = {"sampling": "#4c72b0", "aggregation": "#dd8452", "blocks": "#55a868", "compute": "#c44e52"}
+    unsplit = [r.get("command") if r["sampling"] is None else None for r in rows]
+    if any(unsplit):  # a modelled baseline's command: not split into sampling and aggregation
+        widths = [(u or 0.0) * epoch / 3600 for u in unsplit]
+        left.barh(names, widths, left=left_edge, label="command (model, unsplit)", color="#999999")
+        left_edge = [b + w for b, w in zip(left_edge, widths, strict=True)]
     for phase in PHASES:
-        heights = [(r[phase] or 0.0) * epoch / 3600 for r in rows]
-        left.bar(names, heights, bottom=bottom, label=phase, color=colors[phase])
-        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
-    left.scatter(names, [(r["pipelined"] or 0) * epoch / 3600 for r in rows], marker="_", s=600, color="black",
-                 zorder=3, label="pipelined epoch")
-    left.set_ylabel("epoch time, hours (serial phases stacked)")
-    left.set_title(f"GraphSAGE epoch, image {results['image_bytes'] / results['config']['memory_budget']:.1f}x "
-                   f"the memory budget")
-    left.legend(fontsize=8)
-    right.bar(names, [(r["to_host"] or 0) / 1e6 for r in rows], color="#8172b3")
-    right.set_ylabel("MB to the host per batch")
+        widths = [(r[phase] or 0.0) * epoch / 3600 for r in rows]
+        left.barh(names, widths, left=left_edge, label=phase, color=colors[phase])
+        left_edge = [b + w for b, w in zip(left_edge, widths, strict=True)]
+    piped = [(r["pipelined"] or 0) * epoch / 3600 for r in rows]
+    left.scatter(piped, names, marker="|", s=300, color="black", zorder=3, label="pipelined epoch")
+    for y, (serial, pipe) in enumerate(zip(left_edge, piped, strict=True)):
+        left.text(max(serial, pipe), y, f"  {pipe:.2f} h", va="center", fontsize=7)
+    left.set_xlabel("epoch time, hours (bars: serial phases; |: pipelined)")
+    ratio = results["image_bytes"] / results["config"]["memory_budget"]
+    left.set_title(f"GraphSAGE epoch ({epoch:,} batches), image {ratio:.1f}x the memory budget")
+    left.legend(fontsize=7, loc="lower right")
+    traffic = [(r["to_host"] or 0) / 1e6 for r in rows]
+    right.barh(names, traffic, color="#8172b3")
+    right.set_xscale("log")
+    right.set_xlim(left=0.5)
+    for y, mb in enumerate(traffic):
+        right.text(max(mb, 0.5), y, f" {mb:,.1f}", va="center", fontsize=7)
+    right.set_xlabel("MB to the host per batch (log)")
     right.set_title("traffic to the host")
-    for ax in (left, right):
-        ax.tick_params(axis="x", labelsize=8)
+    left.tick_params(axis="y", labelsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

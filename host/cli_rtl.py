@@ -5,6 +5,8 @@
 - ``smartsage rtl synth [--config NAME ...] -o DIR``: netlists, resource table vs the KU15P and the ECP5
   timing proxy (``DIR/report.md``); ``nox -s synth`` runs this.
 - ``smartsage rtl formal [--check NAME ...] -o DIR``: the SymbiYosys checks of smartsage.rtl.formal.
+- ``smartsage rtl package --config NAME --platform P -o DIR``: package_xo Tcl, v++ link config and README
+  for Vitis (smartsage.host.cli_package).
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ def register(subparsers) -> None:
     synth.add_argument("--no-timing", action="store_true", help="skip the ECP5 timing proxy")
     synth.add_argument("-o", "--output", type=pathlib.Path, required=True, help="output directory")
     synth.set_defaults(func=_synth)
+
+    from . import cli_package
+    cli_package.register(commands)
 
     formal = commands.add_parser("formal", help="SymbiYosys checks of the control, read and write blocks")
     formal.add_argument("--check", action="append", help="check to run (repeatable; default: all)")

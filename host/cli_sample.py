@@ -177,7 +177,13 @@ def _run(args: argparse.Namespace) -> int:
             raise ValueError(f"Target {bad} is not a node of the image ({image.num_nodes} nodes)")
         targets = targets.astype(image.header.index_dtype.numpy_dtype)
         start = time.perf_counter()
-        result = backend(image, targets, fanouts, args.seed, args.aggregate, config)
+        if args.waves:
+            if args.backend != "rtl":
+                raise ValueError(f"--waves needs --backend rtl (the co-simulated kernel), not {args.backend}")
+            result = backend(image, targets, fanouts, args.seed, args.aggregate, config, waves=args.waves)
+            print(f"waves: {args.waves}")
+        else:
+            result = backend(image, targets, fanouts, args.seed, args.aggregate, config)
         elapsed = time.perf_counter() - start
         if result.header.status != Status.OK:
             raise ValueError(f"backend {args.backend}: {status_message(result.header)}")
@@ -234,5 +240,7 @@ def register(subparsers) -> None:
                         help="kernel configuration whose limits apply (default: default)")
     parser.add_argument("--repeat", type=int, default=0, metavar="N",
                         help="then time N more batches (seeds seed+1..seed+N) and print sampled edges/s")
+    parser.add_argument("--waves", metavar="FILE",
+                        help="--backend rtl: write the command's waveform to FILE (VCD; FST where lz4.h is there)")
     parser.add_argument("-o", "--output", required=True, help="output .npz")
     parser.set_defaults(func=_run)

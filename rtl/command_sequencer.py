@@ -1,0 +1,544 @@
+"""The command sequencer: one command from ap_start to ap_done, node by node in frontier order.
+
+It fetches the descriptor (device memory) and the image header words (storage), checks them in
+the order of docs/spec.md section 5, computes the command key, then per hop the hop key and the
+counts-capacity check; during a hop it takes the prefetcher's checked nodes and indptr pairs one
+per cycle, writes each node's count, reserves its place in the node list and hands a job per node
+with edges to the dispatcher. After the last hop (AGGREGATE) it checks the feature buffers and
+runs the aggregator; at the end it drains every read and write and writes the result header.
+
+Longer than the ~400 lines of the other blocks: the descriptor and header checks, the hop loop,
+the aggregation's capacity checks and the result header are the states of one state machine (the
+command's), which share its registers; split across files, one FSM's states would be too. The
+image header words it reads are located in ``image_header.py``.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.lib import stream
+from amaranth.lib.wiring import In, Out
+
+from smartsage.spec import image as spec_image
+from smartsage.spec import rng as spec_rng
+from smartsage.spec.config import KernelConfig
+from smartsage.spec.descriptor import (
+    BUFFER_ALIGN,
+    DESCRIPTOR_FIELDS,
+    DESCRIPTOR_MAGIC,
+    DESCRIPTOR_SIZE,
+    DESCRIPTOR_VERSION,
+    RESULT_FIELDS,
+    RESULT_HEADER_SIZE,
+    SPEC_MAX_HOPS,
+    Flags,
+    Status,
+)
+
+from .axi import ADDRESS_WIDTH
+from .feature_aggregator import AggregateParameters
+from .frontier_prefetcher import FrontierNode, IndptrPair
+from .image_header import IMAGE_WORDS, field_span
+from .job_dispatcher import node_job_layout
+from .kernel_block import KernelBlock, check_kernel_config
+from .rng import MIX32_LATENCY, mix32_pipelined
+from .tagged_read_stream import ReadPortSignature
+from .write_combiner import AppendWord
+
+__all__ = ["CommandSequencer", "IMAGE_WORDS", "SUPPORTED_FLAGS"]
+
+#: Descriptor flags this build executes: AGGREGATE (docs/spec.md section 4, the feature aggregator).
+SUPPORTED_FLAGS = int(Flags.AGGREGATE)
+
+
+class CommandSequencer(KernelBlock):
+    """The command's state machine (docs/rtl.md, "The command pipeline", steps 1, 3, 5-7).
+
+    Parameters
+    ----------
+    config : KernelConfig
+        Data width, max_fanout and max_hops of the build.
+
+    Members
+    -------
+    start : ``In(1)``; image, descriptor : ``In(64)``
+        ap_start and the kernel arguments (from the control registers).
+    ready, idle, done : ``Out(1)``
+        ap_ready (the command is taken), ap_idle, ap_done.
+    descriptor_reads : ``Out(ReadPortSignature())``
+        Descriptor reads (device memory).
+    header_reads : ``Out(ReadPortSignature())``
+        Image header reads (storage).
+    nodes : ``In(stream.Signature(FrontierNode))``; pairs : ``In(stream.Signature(IndptrPair))``
+        The prefetcher's checked frontier nodes and indptr pairs.
+    prefetch : ``Out(1)``; restart_prefetch : ``Out(1)``
+        The hop's frontier is read (the prefetcher runs); a hop starts (from entry 0).
+    frontier_size, nodes_ptr, num_nodes, indptr_base, indices_base : ``Out(64)``
+    wide_ids : ``Out(1)``; hop_key : ``Out(32)``; fanout : ``Out(16)``
+        What the prefetcher and the lanes need of the command and the hop.
+    job : ``Out(stream.Signature(node_job_layout(config.max_fanout)))``
+        A job per node with edges, to the dispatcher. Its ``ready`` is looked at before the node's
+        count is offered (both go in one cycle).
+    jobs_waiting : ``In(1)``
+        The dispatcher's queues hold jobs.
+    fields : ``Out(stream.Signature(AppendWord))``
+        Counts and the result header (a write-combiner port).
+    flush_writes, clear_writes : ``Out(1)``; writes_idle, write_error : ``In(1)``;
+    write_error_address : ``In(64)``
+        The write combiner's flush, clear, idle and first error.
+    clear_jobs : ``Out(1)``
+        A command starts or ends: the prefetcher, dispatcher, lanes and aggregator are cleared.
+    reset_samplers : ``Out(1)``
+        A command starts: the position samplers are reset.
+    abandon : ``Out(1)``
+        The command ends: work in flight is dropped.
+    drain_reads : ``Out(1)``
+        The command ends: every storage answer is taken and dropped.
+    reads_idle : ``In(1)``
+        No read in flight on any read engine.
+    streamers_idle, streamers_failed : ``In(1)``
+        Every lane is idle (or one failed); a lane hit a read error.
+    streamer_error : ``In(1)``; streamer_error_address : ``In(64)``
+        A lane takes a read error this cycle (STORAGE_ERROR at that address).
+    storage_read_beats : ``In(16)``
+        Storage beats requested this cycle (all storage masters; for ``storage_bytes``).
+    aggregate_start, aggregating : ``Out(1)``; aggregate_parameters : ``Out(AggregateParameters)``
+    aggregator_busy, aggregator_error, aggregator_write_error : ``In(1)``;
+    aggregator_error_address, aggregator_write_error_address : ``In(64)``
+        The feature aggregator's start, its parameters and outcome; ``aggregating``: it owns the
+        storage and device-memory buses.
+    """
+
+    def __init__(self, config: KernelConfig):
+        check_kernel_config(config)
+        super().__init__(config, {
+            "start": In(1), "image": In(ADDRESS_WIDTH), "descriptor": In(ADDRESS_WIDTH),
+            "ready": Out(1), "idle": Out(1), "done": Out(1),
+            "descriptor_reads": Out(ReadPortSignature()), "header_reads": Out(ReadPortSignature()),
+            "nodes": In(stream.Signature(FrontierNode)), "pairs": In(stream.Signature(IndptrPair)),
+            "prefetch": Out(1), "restart_prefetch": Out(1),
+            "frontier_size": Out(64), "nodes_ptr": Out(ADDRESS_WIDTH), "num_nodes": Out(64),
+            "indptr_base": Out(ADDRESS_WIDTH), "indices_base": Out(ADDRESS_WIDTH),
+            "wide_ids": Out(1), "hop_key": Out(32), "fanout": Out(16),
+            "job": Out(stream.Signature(node_job_layout(config.max_fanout))), "jobs_waiting": In(1),
+            "fields": Out(stream.Signature(AppendWord)),
+            "flush_writes": Out(1), "clear_writes": Out(1), "writes_idle": In(1), "write_error": In(1),
+            "write_error_address": In(ADDRESS_WIDTH),
+            "clear_jobs": Out(1), "reset_samplers": Out(1), "abandon": Out(1), "drain_reads": Out(1),
+            "reads_idle": In(1), "streamers_idle": In(1), "streamers_failed": In(1),
+            "streamer_error": In(1), "streamer_error_address": In(ADDRESS_WIDTH),
+            "storage_read_beats": In(16),
+            "aggregate_start": Out(1), "aggregating": Out(1), "aggregate_parameters": Out(AggregateParameters),
+            "aggregator_busy": In(1), "aggregator_error": In(1), "aggregator_error_address": In(ADDRESS_WIDTH),
+            "aggregator_write_error": In(1), "aggregator_write_error_address": In(ADDRESS_WIDTH),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        data_bytes = cfg.data_bytes
+        fields_out = self.fields
+        job_reset, sampler_reset, finishing = self.clear_jobs, self.reset_samplers, self.abandon
+        drain_storage, aggregating = self.drain_reads, self.aggregating
+
+        # ---- command state
+        image_base = Signal(64)
+        descriptor_base = Signal(64)
+        desc_words = Array(Signal(64, name=f"desc_word{i}") for i in range(DESCRIPTOR_SIZE // 8))
+        image_names = list(IMAGE_WORDS)
+        image_offsets = Array(Const(IMAGE_WORDS[n], 64) for n in image_names)
+        image_words = Array(Signal(64, name=f"image_{n}") for n in image_names)
+        # reads asked for and answers taken while fetching the descriptor and the header words
+        desc_counters = (Signal(range(len(desc_words) + 1), name="descriptor_asked"),
+                         Signal(range(len(desc_words) + 1), name="descriptor_answered"))
+        image_counters = (Signal(range(len(image_names) + 1), name="image_asked"),
+                          Signal(range(len(image_names) + 1), name="image_answered"))
+
+        def desc(name):
+            offset, size = field_span(DESCRIPTOR_FIELDS, name)
+            word = desc_words[offset // 8]
+            return word[(offset % 8) * 8:(offset % 8 + size) * 8]
+
+        def image(name):
+            return image_words[image_names.index(name)]
+
+        magic_ok = image("magic") == int.from_bytes(spec_image.MAGIC, "little")
+        version_offset = field_span(spec_image.HEADER_FIELDS, "version")[0] % 8
+        version_ok = image("version")[version_offset * 8:version_offset * 8 + 32] == spec_image.VERSION
+        num_nodes = image("num_nodes")
+        dtype_offset = field_span(spec_image.HEADER_FIELDS, "index_dtype")[0] % 8
+        # decoded header fields are registered (the header words change only in the IMAGE state)
+        wide_ids = Signal()
+        m.d.sync += wide_ids.eq(image("index_dtype")[dtype_offset * 8:dtype_offset * 8 + 8]
+                                == int(spec_image.IndexDtype.U64))
+        # feature_dim and feature_dtype share the 64-bit header word of index_dtype
+        for name in ("feature_dim", "feature_dtype"):
+            assert field_span(spec_image.HEADER_FIELDS, name)[0] & ~7 == IMAGE_WORDS["index_dtype"]
+        dim_offset, dim_size = field_span(spec_image.HEADER_FIELDS, "feature_dim")
+        feature_dim = image("index_dtype")[(dim_offset % 8) * 8:(dim_offset % 8 + dim_size) * 8]
+        fdtype_offset = field_span(spec_image.HEADER_FIELDS, "feature_dtype")[0] % 8
+        feature_dtype = image("index_dtype")[fdtype_offset * 8:fdtype_offset * 8 + 8]
+        feature_size_log2 = Signal(2)
+        m.d.sync += feature_size_log2.eq(Mux(feature_dtype == int(spec_image.FeatureDtype.FP32), 2,
+                                             Mux((feature_dtype == int(spec_image.FeatureDtype.FP16))
+                                                 | (feature_dtype == int(spec_image.FeatureDtype.BF16)), 1, 0)))
+        indptr_base = Signal(64)
+        indices_base = Signal(64)
+
+        num_targets = desc("num_targets")
+        num_hops = desc("num_hops")
+        fanouts = Array(desc(f"fanout{h}") for h in range(SPEC_MAX_HOPS))
+        nodes_ptr = desc("nodes_ptr")
+        nodes_capacity = desc("nodes_capacity")
+        counts_ptr = desc("counts_ptr")
+        counts_capacity = desc("counts_capacity")
+        result_ptr = desc("result_ptr")
+        seed = desc("seed")
+        aggregate = (desc("flags") & int(Flags.AGGREGATE)) != 0
+        self_ptr = desc("self_ptr")
+        sum_ptr = desc("sum_ptr")
+        last_size = Signal(64)     # |F_{L-1}|
+        last_counts = Signal(64)   # c_{L-1}
+        feature_bytes = Signal(96)
+        multiplicand = Signal(96)
+        multiplier = Signal(32)
+        self_bytes = Signal(96 + 2)
+        sum_bytes = Signal(96 + 2)
+        counts_end = Signal(65)    # counts_base + frontier_size, registered (the HOP state's check)
+
+        status = Signal(32)
+        error_hop = Signal(32)
+        error_index = Signal(64)
+        error_value = Signal(64)
+        result_valid = Signal()   # descriptor fetched: result_ptr may be used if aligned
+
+        command_key = Signal(32)
+        hop_key = Signal(32)
+        hop = Signal(range(SPEC_MAX_HOPS + 1))
+        frontier_index = Signal(64)
+        frontier_size = Signal(64)
+        counts_base = Signal(64)
+        written = Signal(64)
+        prefetching = Signal()
+        fanout = Signal(16)
+        result_index = Signal(range(RESULT_HEADER_SIZE // 8))
+        cycles = Signal(64)
+        storage_bytes = Signal(64)
+        final_cycles = Signal(64)
+        # the command's and the hop's RNG keys: free-running mix32 pipelines whose inputs are held
+        # while ``key_wait`` counts their latency down
+        key_wait = Signal(range(2 * MIX32_LATENCY + 2))
+        seed_mixed = mix32_pipelined(m, seed[:32] ^ spec_rng.SEED_SALT, 1, name="seed_mix")
+        command_mixed = mix32_pipelined(m, seed_mixed ^ seed[32:], 1, name="command_mix")
+        hop_mixed = mix32_pipelined(m, command_key ^ hop ^ spec_rng.HOP_SALT, 1, name="hop_mix")
+        with m.If(key_wait != 0):  # counts down in every state (the FSM below sets it)
+            m.d.sync += key_wait.eq(key_wait - 1)
+
+        m.d.sync += counts_end.eq(counts_base + frontier_size)
+        busy = Signal()
+        with m.If(busy):
+            m.d.sync += cycles.eq(cycles + 1)
+        m.d.sync += storage_bytes.eq(storage_bytes + self.storage_read_beats * data_bytes)
+
+        def fail(code, hop_value=0, index_value=0, value=0):
+            m.d.sync += [status.eq(code), error_hop.eq(hop_value), error_index.eq(index_value),
+                         error_value.eq(value), prefetching.eq(0)]
+            m.next = "FINISH"
+
+        def abort_on_streamer_error():
+            """A hop state stops when the edge streamer hit a bus error (it set the status)."""
+            with m.If(self.streamers_failed):
+                m.d.sync += prefetching.eq(0)
+                m.next = "FINISH"
+
+        def read_words(name, reader, words, counters, address_of, capture, then):
+            """One state: the reads of ``words`` words go out back to back (``address_of(i)``) while
+            their answers are taken in order (``capture(i, word)``); then ``then()``. One round trip
+            in all, not one per word (a storage page latency each, under the SSD model)."""
+            asked, answered = counters
+            with m.State(name):
+                with m.If(asked != words):
+                    m.d.comb += [reader.request.valid.eq(1), reader.request.payload.eq(address_of(asked))]
+                    with m.If(reader.request.ready):
+                        m.d.sync += asked.eq(asked + 1)
+                m.d.comb += reader.response.ready.eq(1)
+                with m.If(reader.response.valid):
+                    with m.If(reader.response.payload.error):
+                        fail(Status.STORAGE_ERROR, value=reader.response.payload.address)
+                    with m.Else():
+                        capture(answered, reader.response.payload.data)
+                        m.d.sync += answered.eq(answered + 1)
+                        with m.If(answered == words - 1):
+                            m.d.sync += [asked.eq(0), answered.eq(0)]
+                            then()
+
+        def write_state(name, address, value, wide, then):
+            """One state: hand a u32/u64 field to the write combiner (responses are checked at
+            drain points: every hop boundary and the end of the command)."""
+            with m.State(name):
+                m.d.comb += [fields_out.valid.eq(1), fields_out.payload.address.eq(address),
+                             fields_out.payload.data.eq(value), fields_out.payload.wide.eq(wide)]
+                with m.If(fields_out.ready):
+                    then()
+
+        def drain_state(name, then):
+            """Flush the combined writes and wait until every one was answered; a write error ends
+            the command (OUTPUT_ERROR)."""
+            with m.State(name):
+                m.d.comb += self.flush_writes.eq(1)
+                with m.If(self.writes_idle):
+                    with m.If(self.write_error & (status == Status.OK)):
+                        fail(Status.OUTPUT_ERROR, value=self.write_error_address)
+                    with m.Else():
+                        then()
+
+        # the feature aggregator's parameters (AGGREGATE, after the last hop)
+        parameters = self.aggregate_parameters
+        m.d.comb += [
+            parameters.entries.eq(last_size), parameters.nodes_ptr.eq(nodes_ptr),
+            parameters.wide_ids.eq(wide_ids), parameters.counts_addr.eq(counts_ptr + last_counts * 4),
+            parameters.features_base.eq(image_base + image("features")),
+            parameters.feature_dim.eq(feature_dim), parameters.feature_dtype.eq(feature_dtype),
+            parameters.self_ptr.eq(self_ptr), parameters.sum_ptr.eq(sum_ptr),
+        ]
+
+        # what the prefetcher and the lanes need of the command and the hop
+        m.d.comb += [
+            self.prefetch.eq(prefetching), self.frontier_size.eq(frontier_size), self.nodes_ptr.eq(nodes_ptr),
+            self.num_nodes.eq(num_nodes), self.indptr_base.eq(indptr_base), self.indices_base.eq(indices_base),
+            self.wide_ids.eq(wide_ids), self.hop_key.eq(hop_key), self.fanout.eq(fanout),
+        ]
+
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += self.idle.eq(1)
+                with m.If(self.start):
+                    m.d.comb += [self.ready.eq(1), sampler_reset.eq(1), self.clear_writes.eq(1),
+                                 job_reset.eq(1)]
+                    m.d.sync += [
+                        image_base.eq(self.image), descriptor_base.eq(self.descriptor),
+                        *(counter.eq(0) for counter in desc_counters + image_counters),
+                        status.eq(Status.OK), error_hop.eq(0),
+                        error_index.eq(0), error_value.eq(0), result_valid.eq(0), cycles.eq(1),
+                        storage_bytes.eq(0), busy.eq(1), written.eq(0), counts_base.eq(0),
+                    ]
+                    m.next = "DESCRIPTOR"
+
+            # ---- fetch the descriptor (device memory), then the image header words (storage)
+            def capture_into(registers):
+                def capture(index, word):
+                    with m.Switch(index):
+                        for i in range(len(registers)):
+                            with m.Case(i):
+                                m.d.sync += registers[i].eq(word)
+                return capture
+
+            def desc_next():
+                # the seed is final from the next cycle: the command key settles while the header is read
+                m.d.sync += [result_valid.eq(1), key_wait.eq(2 * MIX32_LATENCY + 1)]
+                m.next = "IMAGE"
+
+            read_words("DESCRIPTOR", self.descriptor_reads, len(desc_words), desc_counters,
+                       lambda i: descriptor_base + i * 8, capture_into(desc_words), desc_next)
+
+            def image_next():
+                m.next = "CHECK"
+
+            read_words("IMAGE", self.header_reads, len(image_names), image_counters,
+                       lambda i: image_base + image_offsets[i], capture_into(image_words), image_next)
+
+            # ---- section 5 checks 1-2, first failure wins
+            with m.State("CHECK"):
+                checks = [
+                    (~(magic_ok & version_ok), Status.BAD_IMAGE, 0),
+                    (desc("magic") != DESCRIPTOR_MAGIC, Status.BAD_DESCRIPTOR, "magic"),
+                    (desc("version") != DESCRIPTOR_VERSION, Status.BAD_DESCRIPTOR, "version"),
+                    (((desc("flags") & ~SUPPORTED_FLAGS) != 0) | (aggregate & (feature_dim == 0)),
+                     Status.BAD_DESCRIPTOR, "flags"),
+                    (num_targets == 0, Status.BAD_DESCRIPTOR, "num_targets"),
+                    ((num_hops == 0) | (num_hops > cfg.max_hops), Status.BAD_DESCRIPTOR, "num_hops"),
+                ]
+                for h in range(SPEC_MAX_HOPS):
+                    k = desc(f"fanout{h}")
+                    bad = Mux(num_hops > h, (k == 0) | (k > cfg.max_fanout), k != 0)
+                    checks.append((bad, Status.BAD_DESCRIPTOR, f"fanout{h}"))
+                checks += [
+                    (nodes_ptr[:BUFFER_ALIGN.bit_length() - 1] != 0, Status.BAD_DESCRIPTOR, "nodes_ptr"),
+                    (nodes_capacity < num_targets, Status.BAD_DESCRIPTOR, "nodes_capacity"),
+                    (counts_ptr[:BUFFER_ALIGN.bit_length() - 1] != 0, Status.BAD_DESCRIPTOR, "counts_ptr"),
+                    (aggregate & (self_ptr[:BUFFER_ALIGN.bit_length() - 1] != 0), Status.BAD_DESCRIPTOR, "self_ptr"),
+                    (aggregate & (sum_ptr[:BUFFER_ALIGN.bit_length() - 1] != 0), Status.BAD_DESCRIPTOR, "sum_ptr"),
+                    (result_ptr[:BUFFER_ALIGN.bit_length() - 1] != 0, Status.BAD_DESCRIPTOR, "result_ptr"),
+                ]
+                for n, (bad, code, field) in enumerate(checks):
+                    with (m.If if n == 0 else m.Elif)(bad):
+                        value = 0 if code == Status.BAD_IMAGE else field_span(DESCRIPTOR_FIELDS, field)[0]
+                        fail(code, value=value)
+                with m.Else():
+                    m.d.sync += [
+                        indptr_base.eq(image_base + image("indptr")),
+                        indices_base.eq(image_base + image("indices")),
+                        written.eq(num_targets), frontier_size.eq(num_targets), counts_base.eq(0),
+                        hop.eq(0),
+                    ]
+                    m.next = "COMMAND_KEY"
+            with m.State("COMMAND_KEY"):
+                with m.If(key_wait == 0):
+                    m.d.sync += [command_key.eq(command_mixed), key_wait.eq(MIX32_LATENCY + 1)]
+                    m.next = "HOP"
+
+            # ---- hops
+            with m.State("HOP"):
+                with m.If((hop == num_hops) & aggregate):
+                    m.d.sync += [feature_bytes.eq(0), multiplicand.eq(last_size), multiplier.eq(feature_dim)]
+                    m.next = "FEATURES_MULTIPLY"
+                with m.Elif(hop == num_hops):
+                    m.next = "FINISH"
+                with m.Elif(key_wait != 0):  # hop_key and counts_end settle
+                    pass
+                with m.Elif(counts_end > counts_capacity):
+                    fail(Status.COUNTS_CAPACITY, hop_value=hop, value=counts_end)
+                with m.Else():
+                    m.d.sync += [hop_key.eq(hop_mixed),
+                                 frontier_index.eq(0), fanout.eq(fanouts[hop]),
+                                 prefetching.eq(1)]
+                    m.d.comb += self.restart_prefetch.eq(1)
+                    m.next = "FRONTIER"
+            with m.State("HOP_WAIT"):  # the edge streamer finishes the hop's last jobs
+                with m.If(self.streamers_idle & ~self.jobs_waiting):
+                    m.next = "HOP_DRAIN"
+                abort_on_streamer_error()
+
+            def next_hop():
+                # the next frontier is read back from the node list: every append must have landed
+                m.d.sync += [counts_base.eq(counts_base + frontier_size), frontier_size.eq(written),
+                             hop.eq(hop + 1), last_size.eq(frontier_size), last_counts.eq(counts_base),
+                             key_wait.eq(MIX32_LATENCY + 1)]
+                m.next = "HOP"
+
+            drain_state("HOP_DRAIN", next_hop)
+
+            with m.State("FRONTIER"):
+                # one node per cycle, in frontier order: range check, degree, room in the node list,
+                # then the node is handed to the edge streamer with its place reserved
+                entry = self.nodes.payload
+                pair = self.pairs.payload
+                job_in = self.job.payload
+                node_degree = Signal(64)
+                count = Signal(range(cfg.max_fanout + 1))
+                m.d.comb += [
+                    node_degree.eq(pair.end - pair.start),
+                    count.eq(Mux(node_degree < fanout, node_degree, fanout)),
+                    job_in.key.eq(entry.key), job_in.degree.eq(node_degree[:32]), job_in.count.eq(count),
+                    job_in.edge_start.eq(pair.start), job_in.base.eq(written),
+                ]
+                with m.If(frontier_index == frontier_size):
+                    m.d.sync += prefetching.eq(0)
+                    m.next = "HOP_WAIT"
+                with m.Elif(self.nodes.valid):
+                    with m.If(entry.error):
+                        fail(Status.STORAGE_ERROR, value=entry.address)
+                    with m.Elif(~entry.in_range):
+                        fail(Status.NODE_OUT_OF_RANGE, hop_value=hop, index_value=frontier_index,
+                             value=entry.node)
+                    with m.Elif(self.pairs.valid):
+                        with m.If(pair.error):
+                            fail(Status.STORAGE_ERROR, value=pair.address)
+                        with m.Elif(written + count > nodes_capacity):
+                            fail(Status.NODES_CAPACITY, hop_value=hop, index_value=frontier_index,
+                                 value=written + count)
+                        with m.Else():
+                            # the node's count is known now: written at once, in frontier order; only
+                            # nodes with edges become jobs (the dispatcher takes a job whenever a
+                            # lane has room: the count is written only then)
+                            dispatchable = self.job.ready | (count == 0)
+                            m.d.comb += self.job.valid.eq(fields_out.ready & (count != 0))
+                            m.d.comb += [
+                                fields_out.valid.eq(dispatchable),
+                                fields_out.payload.address.eq(counts_ptr + (counts_base + frontier_index) * 4),
+                                fields_out.payload.data.eq(count), fields_out.payload.wide.eq(0),
+                            ]
+                            with m.If(dispatchable & fields_out.ready):
+                                m.d.comb += [self.nodes.ready.eq(1), self.pairs.ready.eq(1)]
+                                m.d.sync += [written.eq(written + count), frontier_index.eq(frontier_index + 1)]
+                abort_on_streamer_error()
+
+            # ---- AGGREGATE (section 5 step 5, then section 4): room for the self rows and the sums
+            # of the last frontier, then the feature aggregator
+            with m.State("FEATURES_MULTIPLY"):  # feature_bytes = |F_{L-1}| x F, one bit of F per cycle
+                with m.If(multiplier[0]):
+                    m.d.sync += feature_bytes.eq(feature_bytes + multiplicand)
+                m.d.sync += [multiplicand.eq(multiplicand << 1), multiplier.eq(multiplier >> 1)]
+                with m.If(multiplier == 0):
+                    m.d.sync += [self_bytes.eq(feature_bytes << feature_size_log2), sum_bytes.eq(feature_bytes << 2)]
+                    m.next = "FEATURES_CHECK"
+            with m.State("FEATURES_CHECK"):
+                with m.If(self_bytes > desc("self_capacity")):
+                    fail(Status.FEATURES_CAPACITY, index_value=0, value=self_bytes)
+                with m.Elif(sum_bytes > desc("sum_capacity")):
+                    fail(Status.FEATURES_CAPACITY, index_value=1, value=sum_bytes)
+                with m.Else():
+                    m.next = "AGGREGATE"
+            with m.State("AGGREGATE"):
+                m.d.comb += [aggregating.eq(1), self.aggregate_start.eq(1)]
+                m.next = "AGGREGATE_WAIT"
+            with m.State("AGGREGATE_WAIT"):
+                m.d.comb += aggregating.eq(1)
+                with m.If(~self.aggregator_busy):
+                    with m.If(self.aggregator_error):
+                        fail(Status.STORAGE_ERROR, value=self.aggregator_error_address)
+                    with m.Elif(self.aggregator_write_error):
+                        fail(Status.OUTPUT_ERROR, value=self.aggregator_write_error_address)
+                    with m.Else():
+                        m.next = "FINISH"
+
+            # ---- result header, written last (never when result_ptr is unusable)
+            with m.State("FINISH"):
+                # reads still in flight (an error mid-hop) are taken and dropped; every output write
+                # is answered before the result header
+                m.d.comb += [self.descriptor_reads.response.ready.eq(1), drain_storage.eq(1), finishing.eq(1),
+                             job_reset.eq(1), self.flush_writes.eq(1)]
+                with m.If(self.writes_idle & self.reads_idle & self.streamers_idle):
+                    with m.If(self.write_error & (status == Status.OK)):
+                        m.d.sync += [status.eq(Status.OUTPUT_ERROR), error_hop.eq(0), error_index.eq(0),
+                                     error_value.eq(self.write_error_address)]
+                    m.d.sync += [final_cycles.eq(cycles), result_index.eq(0)]
+                    with m.If(result_valid & (result_ptr[:BUFFER_ALIGN.bit_length() - 1] == 0)):
+                        m.next = "RESULT"
+                    with m.Else():
+                        m.next = "DONE"
+
+            succeeded = status == Status.OK  # on an error the output counts are 0, as the golden model's
+            result_words = {
+                "status": Cat(status, error_hop), "error_index": error_index, "error_value": error_value,
+                "nodes_written": Mux(succeeded, written, 0), "counts_written": Mux(succeeded, counts_base, 0),
+                "edges_sampled": Mux(succeeded, written - num_targets, 0), "storage_bytes": storage_bytes,
+                "cycles": final_cycles,
+            }
+            words = Array(Signal(64, name=f"result_{name}") for name in result_words)
+            for i, (name, value) in enumerate(result_words.items()):
+                assert field_span(RESULT_FIELDS, name)[0] == 8 * i, f"result field {name} is not word {i}"
+                m.d.comb += words[i].eq(value)
+
+            def result_next():
+                m.d.sync += result_index.eq(result_index + 1)
+                with m.If(result_index == len(result_words) - 1):
+                    m.next = "RESULT_DRAIN"
+                with m.Else():
+                    m.next = "RESULT"
+
+            write_state("RESULT", result_ptr + result_index * 8, words[result_index], 1, result_next)
+            with m.State("RESULT_DRAIN"):  # ap_done only once the header has landed
+                m.d.comb += self.flush_writes.eq(1)
+                with m.If(self.writes_idle):
+                    m.next = "DONE"
+            with m.State("DONE"):
+                m.d.comb += self.done.eq(1)
+                m.d.sync += busy.eq(0)
+                m.next = "IDLE"
+
+        # a lane's read error (after the state machine: it wins over a failure of the same cycle)
+        with m.If(self.streamer_error):
+            m.d.sync += [status.eq(Status.STORAGE_ERROR), error_hop.eq(0), error_index.eq(0),
+                         error_value.eq(self.streamer_error_address)]
+        return m

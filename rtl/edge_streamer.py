@@ -1,0 +1,267 @@
+"""The edge streamer of one lane: its jobs' positions to index reads, the ids to node-list appends.
+
+The *issuer* turns each job's positions into index reads (several jobs' reads in flight at once,
+up to ``outstanding_reads``); the *collector* takes the answers in order and appends the ids to
+the node list at the job's reserved place. A job with d > k runs a position sampler and reads one
+id per position; a job with d <= k takes all its d consecutive ids, read a beat at a time
+(*dense*: up to data_width / 32 ids per read). Lanes finish their jobs in any order: each id's
+place was fixed at dispatch. Addresses are computed once per job (shifts, no multiplications) and
+stepped in registers.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Array, Module, Mux, ResetInserter, Signal
+from amaranth.lib import data, stream
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.wiring import In, Out
+
+from smartsage.spec.config import KernelConfig
+
+from .axi import ADDRESS_WIDTH
+from .job_dispatcher import node_job_layout
+from .kernel_block import KernelBlock, check_kernel_config
+from .position_sampler import DRAW_LATENCY, PositionSampler
+from .tagged_read_stream import ReadPortSignature
+from .write_combiner import AppendWord
+
+__all__ = ["EdgeStreamer", "SAMPLERS_PER_LANE", "ANSWER_DEPTH", "id_offset", "ids_tag_shape"]
+
+#: Position samplers per lane, taking jobs in turn: a job holds a sampler for two cycles (request
+#: and start), ``position_sampler.DRAW_LATENCY`` to fill the draw pipeline and k to stream. With
+#: fanouts of ~10 and about every other job sampled, a lane receives a sampled job every ~8 cycles,
+#: so the samplers must turn one job around every 6 (6 at DRAW_LATENCY 21; 4 measured 1.29 cycles
+#: per edge per lane, the samplers being the bound).
+SAMPLERS_PER_LANE = -(-(DRAW_LATENCY + 2 + 10) // 6)
+#: Answers (beats) a lane holds between its read channel and its collector.
+ANSWER_DEPTH = 32
+
+
+def id_offset(wide_ids, index):
+    """``index`` node ids in bytes (a shift, not a multiplication)."""
+    return Mux(wide_ids, index << 3, index << 2)
+
+
+def ids_tag_shape(data_width: int) -> range:
+    """The tag of a lane's read: how many consecutive ids of the beat it brings (from the address on)."""
+    return range(data_width // 32 + 1)
+
+
+class EdgeStreamer(KernelBlock):
+    """One lane: :data:`SAMPLERS_PER_LANE` position samplers, the issuer, an answer FIFO and the collector.
+
+    Parameters
+    ----------
+    config : KernelConfig
+        Data width, max_fanout and outstanding_reads of the build.
+
+    Members
+    -------
+    job : ``In(stream.Signature(node_job_layout(config.max_fanout)))``
+        The lane's jobs (from the dispatcher's queue).
+    reads : ``Out(ReadPortSignature(ids_tag_shape(data_width), data_width))``
+        Index reads on the lane's storage master; the tag is the ids each read brings.
+    appends : ``Out(stream.Signature(AppendWord))``
+        Node-list appends (the lane's write-combiner port).
+    indices_base, nodes_ptr : ``In(64)``
+        Storage address of the indices section, device address of the node list.
+    wide_ids : ``In(1)``
+        Node ids are u64 (else u32).
+    fanout : ``In(16)``
+        The hop's k.
+    abandon : ``In(1)``
+        The command ends: drop the job and the answers.
+    halt : ``In(1)``
+        Some lane hit a read error: take no more work.
+    clear : ``In(1)``
+        Empty the FIFOs and counters (a command's start and end).
+    reset_samplers : ``In(1)``
+        Reset the position samplers (a command's start).
+    resume : ``In(1)``
+        Forget a read error (the next command is taken).
+    idle : ``Out(1)``
+        No job, ticket, read or answer left (or stopped by an error).
+    failed : ``Out(1)``
+        Stopped by a read error until ``resume``.
+    storage_error : ``Out(1)``, ``storage_error_address`` : ``Out(64)``
+        A read error taken this cycle, and the failing address.
+    """
+
+    def __init__(self, config: KernelConfig):
+        check_kernel_config(config)
+        super().__init__(config, {
+            "job": In(stream.Signature(node_job_layout(config.max_fanout))),
+            "reads": Out(ReadPortSignature(ids_tag_shape(config.data_width), config.data_width)),
+            "appends": Out(stream.Signature(AppendWord)),
+            "indices_base": In(ADDRESS_WIDTH), "nodes_ptr": In(ADDRESS_WIDTH), "wide_ids": In(1), "fanout": In(16),
+            "abandon": In(1), "halt": In(1), "clear": In(1), "reset_samplers": In(1), "resume": In(1),
+            "idle": Out(1), "failed": Out(1), "storage_error": Out(1), "storage_error_address": Out(ADDRESS_WIDTH),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        data_bytes = cfg.data_bytes
+        beat_log2 = data_bytes.bit_length() - 1
+        ids_per_beat = data_bytes // 4
+        port, appends, jobs = self.reads, self.appends, self.job
+        wide_ids, fanout = self.wide_ids, self.fanout
+        finishing, back_error, job_reset = self.abandon, self.halt, self.clear
+
+        # A command that ends early (an error mid-sample) can leave positions in the samplers: they
+        # are reset when the next command starts. The samplers take jobs in turn, so the others'
+        # pipelines fill while one's positions stream.
+        samplers = [PositionSampler(cfg.max_fanout) for _ in range(SAMPLERS_PER_LANE)]
+        for number, sampler in enumerate(samplers):
+            m.submodules[f"positions{number}"] = ResetInserter(self.reset_samplers)(sampler)
+
+        answered = port.response.valid & port.response.ready
+        answer_ids = port.answer_tag
+        issuer_idle = Signal()
+        collector_idle = Signal()
+        collector_error = Signal()
+        pending = Signal(range(cfg.outstanding_reads + 1))  # reads unanswered
+        m.d.sync += pending.eq(pending + (port.request.valid & port.request.ready) - answered)
+        with m.If(job_reset):
+            m.d.sync += pending.eq(0)
+
+        # issuer, first half: take a job, start the sampler whose turn it is (d > k), queue a
+        # ticket for the streaming half and the job's place for the collector (all in one cycle)
+        job_layout = node_job_layout(cfg.max_fanout)
+        # a job's place in the node list as a device address (nodes_ptr + base x id size), computed at dispatch
+        collect_layout = data.StructLayout({"count": range(cfg.max_fanout + 1), "address": 64})
+        ticket_layout = data.StructLayout({"sampler": range(SAMPLERS_PER_LANE), "dense": 1,
+                                           "count": range(cfg.max_fanout + 1), "edge_address": 64})
+        tickets = SyncFIFO(width=ticket_layout.size, depth=2)
+        m.submodules.tickets = ResetInserter(job_reset)(tickets)
+        collects = SyncFIFO(width=collect_layout.size, depth=cfg.outstanding_reads)
+        m.submodules.collects = ResetInserter(job_reset)(collects)
+        ticket_in = Signal(ticket_layout)
+        ticket = Signal(ticket_layout)
+        collect_in = Signal(collect_layout)
+        turn = Signal(range(SAMPLERS_PER_LANE))
+        incoming = job_layout(jobs.payload)
+        dense_job = incoming.degree == incoming.count
+        turn_ready = Array(sampler.request.ready for sampler in samplers)[turn]
+        go = Signal()
+        m.d.comb += [
+            go.eq(jobs.valid & tickets.w_rdy & collects.w_rdy & ~finishing & ~back_error
+                  & (dense_job | turn_ready)),
+            ticket_in.sampler.eq(turn), ticket_in.dense.eq(dense_job), ticket_in.count.eq(incoming.count),
+            ticket_in.edge_address.eq(self.indices_base + id_offset(wide_ids, incoming.edge_start)),
+            tickets.w_data.eq(ticket_in),
+            collect_in.count.eq(incoming.count),
+            collect_in.address.eq(self.nodes_ptr + id_offset(wide_ids, incoming.base)),
+            collects.w_data.eq(collect_in),
+        ]
+        for number, sampler in enumerate(samplers):
+            m.d.comb += [sampler.request.payload.key.eq(incoming.key),
+                         sampler.request.payload.degree.eq(incoming.degree),
+                         sampler.request.payload.fanout.eq(fanout),
+                         sampler.request.valid.eq(go & ~dense_job & (turn == number))]
+        with m.If(go):
+            m.d.comb += [jobs.ready.eq(1), tickets.w_en.eq(1), collects.w_en.eq(1)]
+            with m.If(~dense_job):
+                m.d.sync += turn.eq(Mux(turn == SAMPLERS_PER_LANE - 1, 0, turn + 1))
+        with m.If(job_reset):
+            m.d.sync += turn.eq(0)
+
+        # issuer, second half: each ticket's reads, ticket after ticket
+        positions_valid = Array(sampler.positions.valid for sampler in samplers)[ticket.sampler]
+        positions = Array(sampler.positions.payload for sampler in samplers)[ticket.sampler]
+        # registered: the next dense read's address (after the first, a beat boundary) and the
+        # ids of the ticket still to read
+        dense_address = Signal(64)
+        remaining = Signal(range(cfg.max_fanout + 1))
+        dense_room = Signal(range(ids_per_beat + 1))  # ids to the beat's end
+        dense_ids = Signal(range(ids_per_beat + 1))
+        m.d.comb += [
+            dense_room.eq(Mux(wide_ids, (data_bytes - dense_address[:beat_log2]) >> 3,
+                              (data_bytes - dense_address[:beat_log2]) >> 2)),
+            dense_ids.eq(Mux(remaining < dense_room, remaining, dense_room)),
+        ]
+        step = Mux(ticket.dense, dense_ids, 1)
+        loaded = ticket_layout(tickets.r_data)
+        with m.FSM(name="issuer"):
+            with m.State("I_IDLE"):
+                m.d.comb += issuer_idle.eq(~tickets.r_rdy)
+                with m.If(tickets.r_rdy & ~finishing & ~back_error):
+                    m.d.comb += tickets.r_en.eq(1)
+                    m.d.sync += [ticket.eq(tickets.r_data), dense_address.eq(loaded.edge_address),
+                                 remaining.eq(loaded.count)]
+                    m.next = "I_STREAM"
+            with m.State("I_STREAM"):
+                with m.If(ticket.dense):
+                    m.d.comb += [port.request.valid.eq(1), port.request.payload.eq(dense_address),
+                                 port.tag.eq(dense_ids)]
+                with m.Else():
+                    m.d.comb += [
+                        port.request.valid.eq(positions_valid), port.tag.eq(1),
+                        port.request.payload.eq(ticket.edge_address + id_offset(wide_ids, positions)),
+                    ]
+                    for number, sampler in enumerate(samplers):
+                        m.d.comb += sampler.positions.ready.eq(port.request.ready & (ticket.sampler == number))
+                with m.If(port.request.valid & port.request.ready):
+                    m.d.sync += [remaining.eq(remaining - step),
+                                 dense_address.eq((dense_address | (data_bytes - 1)) + 1)]
+                    with m.If(remaining == step):
+                        # the next ticket at once when there is one
+                        with m.If(tickets.r_rdy):
+                            m.d.comb += tickets.r_en.eq(1)
+                            m.d.sync += [ticket.eq(tickets.r_data), dense_address.eq(loaded.edge_address),
+                                         remaining.eq(loaded.count)]
+                        with m.Else():
+                            m.next = "I_IDLE"
+                with m.If(finishing | back_error):
+                    m.next = "I_IDLE"
+
+        # the answers leave the read channel at once (a beat FIFO), so an answer that holds several
+        # ids never stops the reads behind it
+        answer_layout = data.StructLayout({"beat": cfg.data_width, "address": 64, "error": 1,
+                                           "ids": range(ids_per_beat + 1)})
+        answers = SyncFIFO(width=answer_layout.size, depth=ANSWER_DEPTH)
+        m.submodules.answers = ResetInserter(job_reset)(answers)
+        answer_in = Signal(answer_layout)
+        m.d.comb += [
+            answer_in.beat.eq(port.beat), answer_in.address.eq(port.response.payload.address),
+            answer_in.error.eq(port.response.payload.error), answer_in.ids.eq(answer_ids),
+            answers.w_data.eq(answer_in), answers.w_en.eq(port.response.valid & ~finishing),
+            port.response.ready.eq(answers.w_rdy),
+        ]
+        # the collector: one id per cycle, at the job's place (base + i), job after job
+        head = answer_layout(answers.r_data)
+        job = collect_layout(collects.r_data)
+        taken = Signal(range(ids_per_beat))          # ids of the head answer
+        appended = Signal(range(cfg.max_fanout))     # ids of the job
+        offset = Signal(beat_log2 + 1)
+        append_address = Signal(64)  # the next id's, within a job
+        m.d.comb += offset.eq(head.address[:beat_log2] + id_offset(wide_ids, taken))
+        wide_id = head.beat.word_select(offset[3:beat_log2], 64) if data_bytes > 8 else head.beat
+        narrow_id = head.beat.word_select(offset[2:beat_log2], 32)
+        m.d.comb += collector_idle.eq(collector_error | (~answers.r_rdy & ~collects.r_rdy))
+        with m.If(~finishing & ~collector_error):
+            m.d.comb += [
+                appends.valid.eq(answers.r_rdy & collects.r_rdy & ~head.error),
+                appends.payload.address.eq(Mux(appended == 0, job.address, append_address)),
+                appends.payload.data.eq(Mux(wide_ids, wide_id, narrow_id)),
+                appends.payload.wide.eq(wide_ids),
+            ]
+            with m.If(answers.r_rdy & head.error):
+                m.d.comb += [self.storage_error.eq(1), self.storage_error_address.eq(head.address)]
+                m.d.sync += collector_error.eq(1)
+            with m.Elif(appends.valid & appends.ready):
+                m.d.sync += [taken.eq(taken + 1), appended.eq(appended + 1),
+                             append_address.eq(appends.payload.address + Mux(wide_ids, 8, 4))]
+                with m.If(taken == head.ids - 1):
+                    m.d.comb += answers.r_en.eq(1)
+                    m.d.sync += taken.eq(0)
+                with m.If(appended == job.count - 1):
+                    m.d.comb += collects.r_en.eq(1)
+                    m.d.sync += appended.eq(0)
+        with m.If(job_reset | collector_error):
+            m.d.sync += [taken.eq(0), appended.eq(0)]
+        with m.If(self.resume):  # stopped by an error until the next command
+            m.d.sync += collector_error.eq(0)
+        m.d.comb += [self.idle.eq(issuer_idle & ~jobs.valid & (pending == 0) & collector_idle),
+                     self.failed.eq(collector_error)]
+        return m

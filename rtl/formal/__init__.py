@@ -1,0 +1,136 @@
+"""Formal harnesses (SymbiYosys) for the control block, the read engines and the burst writers.
+
+Each harness instantiates one block of the kernel unchanged, drives every input from a free
+top-level port (the solver picks any value each cycle), constrains only what the block's environment
+guarantees (``Assume``: reset is released, an AXI slave answers only what was asked and holds its
+answer until taken, requests lie inside a buffer window), and asserts properties on the block's
+*ports*. One module per block:
+
+- :mod:`.control`: :class:`~smartsage.rtl.control.ControlRegisters` (AXI4-Lite, ``ap_ctrl_hs``);
+- :mod:`.read_engine`: :class:`~smartsage.rtl.read_stream.ReadStream` (single-beat reads);
+- :mod:`.burst_reader`: :class:`~smartsage.rtl.burst_reader.BurstReader` (AR rules, 4 KiB and
+  256-beat split, outstanding bound, the answer beats in order with the right ``last``);
+- :mod:`.writers`: :class:`~smartsage.rtl.write_combiner.WriteCombiner` and
+  :class:`~smartsage.rtl.beat_writer.BeatWriter` through the AXI4 write-master monitor of
+  :mod:`.axi_write` (handshakes, burst rules, WLAST, outstanding bound, no strobed byte outside the
+  window every request was inside: the blocks' part of "the kernel never writes outside the
+  descriptor's buffers").
+
+Invariants that make a property inductive may name a block's inside (reached through a subclass that
+keeps a handle, :class:`.common.Observed`); everything asserted as a property is a port property.
+:data:`BROKEN` lists deliberately broken variants of each block; a test checks that each fails.
+"""
+
+from __future__ import annotations
+
+from ..control import ControlRegisters
+from . import burst_reader, read_engine, writers
+from .common import (
+    FORMAL_DATA_WIDTH,
+    FORMAL_OUTSTANDING,
+    FormalCheck,
+    FormalResult,
+    FormalToolMissing,
+    Harness,
+    run_check,
+    tools_available,
+)
+from .control import BROKEN_CONTROL, ControlHarness
+
+__all__ = ["FormalCheck", "FormalResult", "FormalToolMissing", "CHECKS", "BROKEN", "harness", "run_check",
+           "tools_available", "FORMAL_DATA_WIDTH", "FORMAL_OUTSTANDING"]
+
+#: The engine of the prove checks of the burst engines: with the z3 here, ``smtbmc z3`` did not finish
+#: the first induction step of the burst reader in minutes; ``--unroll`` (memories unrolled into
+#: registers) proves it in seconds.
+UNROLLED = "smtbmc --unroll z3"
+#: The engine of their bounded checks: ABC's bit-level BMC reached 2-3 more steps than smtbmc in the
+#: same time (smtbmc --unroll z3 took over a minute per step from step 3 on). This SymbiYosys cannot
+#: turn ABC's witness into a trace when the design has assumptions, so a failure names the frame
+#: only; rerun with ``smtbmc --unroll z3`` at that depth for the trace.
+ABC_BMC = "abc bmc3"
+
+
+def _checks(block, prove_depth, prove_why, bmc_depth, bmc_why, prove_engine=UNROLLED, bmc_engine=ABC_BMC):
+    """The prove check ``block`` and the bounded check ``block_bounded``."""
+    return {block: FormalCheck(block, block, "prove", prove_depth, prove_why, prove_engine),
+            f"{block}_bounded": FormalCheck(f"{block}_bounded", block, "bmc", bmc_depth, bmc_why, bmc_engine)}
+
+
+_FIFO_INVARIANT = "k-induction closes with the invariant bursts in flight == level of the block's in-flight FIFO"
+
+CHECKS: dict[str, FormalCheck] = {
+    "control": FormalCheck(
+        "control", "control", "prove", 6,
+        "k-induction closes: every property relates the ports at most four cycles apart"),
+    **_checks(
+        "read_engine", 4,
+        "k-induction closes with the invariant in-flight count == level of the block's in-flight FIFO", 10,
+        "the response payload comes from the FIFO's memory, which induction cannot constrain; with 2 in "
+        "flight every (pending, FIFO level, read and write pointer) configuration is reachable from reset "
+        "in at most 6 cycles (pointer offset 1: 2 cycles, 2 fills, 1 pending, 1 to answer), so 10 steps "
+        "cover every reachable control state plus the property's one-cycle window; data are free at every step",
+        prove_engine="smtbmc z3", bmc_engine="smtbmc z3"),
+    **_checks(
+        "burst_reader", 4,
+        "k-induction closes for the AR handshake (ARADDR / ARLEN registers held while ARVALID waits) with "
+        "the invariant FIFO level <= depth", 6,
+        "the split, tiling and labels come from the block's cursor registers and FIFO memory; 6 steps from "
+        "reset (the 7th took minutes here) cover a request accepted, split at a 256-beat or 4 KiB boundary "
+        "(first AR at step 2, the next at 3), 3 bursts presented and the first beats answered, with every "
+        "address and length free; longer traces (more requests queued, a full 256-beat answer) are not covered"),
+    **_checks(
+        "write_combiner", 4, _FIFO_INVARIANT, 8,
+        "the properties that read the block's beat and run FIFOs (memories) cannot be made inductive from the "
+        "ports; 8 steps from reset (the 9th took minutes here) reach the first AW and W at step 5 (input FIFO, "
+        "open beat, flush, run FIFO, AW register): runs of 1-2 beats from either port, a run ending at a "
+        "4 KiB boundary or a window edge, 3 runs loaded in turn (the outstanding bound), every address, window "
+        "and strobe free. Not covered: runs of 3 or more beats, a 16-beat run (AWLEN <= 15 then rests on the "
+        "run length's construction), answers to more than the first bursts"),
+    **_checks(
+        "beat_writer", 4, _FIFO_INVARIANT, 6,
+        "the properties that read the block's beat and burst FIFOs cannot be made inductive from the ports; "
+        "6 steps from reset (the 7th took minutes here) reach the first AW and W at step 2 and cover pieces "
+        "of 1..16 bytes at any alignment (spanning two beats), bursts of 1-3 beats, 3 bursts queued (the "
+        "outstanding bound), answers, every address, window and strobe free. Not covered: bursts of 4 or "
+        "more beats, a 16-beat burst"),
+}
+
+#: Broken variants: block -> variant -> (class, the check it must fail).
+BROKEN: dict[str, dict[str, tuple[type, str]]] = {
+    "control": BROKEN_CONTROL,
+    "read_engine": read_engine.BROKEN_READ_ENGINE,
+    "burst_reader": burst_reader.BROKEN_BURST_READER,
+    "write_combiner": writers.BROKEN_WRITE_COMBINER,
+    "beat_writer": writers.BROKEN_BEAT_WRITER,
+}
+
+
+def harness(block: str, variant: str | None = None, inductive_only: bool = False) -> Harness:
+    """The harness of ``block`` around the real block, or around the broken ``variant``.
+
+    Raises
+    ------
+    KeyError
+        Unknown block or variant (the message lists the known ones).
+    """
+    if block not in BROKEN:
+        raise KeyError(f"No formal harness for block {block!r}; known: {', '.join(BROKEN)}")
+    if variant is not None and variant not in BROKEN[block]:
+        raise KeyError(f"No broken variant {variant!r} of {block!r}; known: {', '.join(BROKEN[block])}")
+    broken = BROKEN[block][variant][0] if variant else None
+    if block == "control":
+        return ControlHarness((broken or ControlRegisters)(), inductive_only)
+    if block == "read_engine":
+        cls = broken or read_engine.ObservedReadStream
+        return read_engine.ReadEngineHarness(cls(FORMAL_DATA_WIDTH, FORMAL_OUTSTANDING), inductive_only)
+    if block == "burst_reader":
+        cls = broken or burst_reader.DEFAULT_CLASS
+        return burst_reader.BurstReaderHarness(
+            cls(burst_reader.FORMAL_READER_DATA_WIDTH, FORMAL_OUTSTANDING), inductive_only)
+    if block == "write_combiner":
+        cls = broken or writers.DEFAULT_CLASSES[block]
+        return writers.WriteCombinerHarness(
+            cls(FORMAL_DATA_WIDTH, FORMAL_OUTSTANDING, writers.FORMAL_COMBINER_PORTS), inductive_only)
+    cls = broken or writers.DEFAULT_CLASSES[block]
+    return writers.BeatWriterHarness(cls(FORMAL_DATA_WIDTH, FORMAL_OUTSTANDING), inductive_only)

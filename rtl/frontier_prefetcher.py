@@ -1,0 +1,229 @@
+"""The frontier and indptr prefetcher: a hop's frontier ids, their RNG keys and degrees, read ahead.
+
+During a hop the node-list entries F_h[0..] are read ahead from device memory (up to
+``outstanding_reads`` in flight); each id that comes back is range-checked and, if in range, its
+``indptr[v]``, ``indptr[v+1]`` reads are issued at once (one read when both lie in one beat). The
+sequencer takes the checked ids (with their keys H_v) and the indptr pairs in order. The indptr
+answers land in a FIFO whose space is reserved before the reads are issued, so they never block
+another requester's answers on a shared, in-order read channel.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Module, Mux, ResetInserter, Signal
+from amaranth.lib import data, stream
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.wiring import In, Out
+
+from smartsage.spec import rng as spec_rng
+from smartsage.spec.config import KernelConfig
+
+from .axi import ADDRESS_WIDTH
+from .edge_streamer import id_offset
+from .kernel_block import KernelBlock, check_kernel_config
+from .read_stream import StreamWord
+from .rng import MIX32_LATENCY, mix32_pipelined
+from .tagged_read_stream import ReadPortSignature
+
+__all__ = ["FrontierPrefetcher", "FrontierNode", "IndptrPair", "nodes_ahead"]
+
+#: A checked frontier entry: the id, whether it is below N, whether its read failed (at
+#: ``address``), and its RNG key H_v.
+FrontierNode = data.StructLayout({"node": 64, "in_range": 1, "error": 1, "address": 64, "key": 32})
+#: indptr[v] and indptr[v+1] of an in-range id; ``error``: one of their reads failed (at ``address``).
+IndptrPair = data.StructLayout({"start": 64, "end": 64, "error": 1, "address": 64})
+
+
+def nodes_ahead(config: KernelConfig) -> int:
+    """Frontier nodes in flight at most (read, checked and not yet taken)."""
+    return max(2, config.outstanding_reads // 2)
+
+
+class FrontierPrefetcher(KernelBlock):
+    """Reads a hop's frontier ahead, checks the ids, computes their keys and reads their indptr pairs.
+
+    A two-stage pipeline, one node per cycle: stage 0 takes a frontier id (and reserves its indptr
+    pair's place), stage 1 issues its indptr read(s) and queues it; ids out of range or read in
+    error pass through stage 1 without reads (frontier order). Each id's key H_v comes from a
+    free-running pipeline (two mix32 rounds) into a key FIFO beside the checked ids.
+
+    Parameters
+    ----------
+    config : KernelConfig
+        Data width and outstanding_reads of the build.
+
+    Members
+    -------
+    frontier_reads : ``Out(ReadPortSignature())``
+        Node-list reads (device memory).
+    indptr_reads : ``Out(ReadPortSignature(1, config.data_width))``
+        indptr reads (storage); the tag says the read brings both words of the pair.
+    nodes : ``Out(stream.Signature(FrontierNode))``
+    pairs : ``Out(stream.Signature(IndptrPair))``
+        The indptr pairs of the in-range nodes, in frontier order.
+    active : ``In(1)``
+        The hop's frontier is being read (reads and answers are taken only then).
+    restart : ``In(1)``
+        The next hop starts: read from entry 0.
+    frontier_size, nodes_ptr, num_nodes, indptr_base : ``In(64)``
+        |F_h|, the node list's device address, N, and the indptr section's storage address.
+    wide_ids : ``In(1)``
+    hop_key : ``In(32)``
+    clear : ``In(1)``
+        Empty the FIFOs (a command's start and end).
+    abandon : ``In(1)``
+        The command ends: drop the ids in the pipelines.
+    """
+
+    def __init__(self, config: KernelConfig):
+        check_kernel_config(config)
+        super().__init__(config, {
+            "frontier_reads": Out(ReadPortSignature()),
+            "indptr_reads": Out(ReadPortSignature(1, config.data_width)),
+            "nodes": Out(stream.Signature(FrontierNode)),
+            "pairs": Out(stream.Signature(IndptrPair)),
+            "active": In(1), "restart": In(1),
+            "frontier_size": In(64), "nodes_ptr": In(ADDRESS_WIDTH), "num_nodes": In(64),
+            "indptr_base": In(ADDRESS_WIDTH), "wide_ids": In(1), "hop_key": In(32),
+            "clear": In(1), "abandon": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        data_bytes = cfg.data_bytes
+        ids_per_beat = data_bytes // 4
+        mem, port_a = self.frontier_reads, self.indptr_reads
+        prefetching, job_reset, finishing = self.active, self.clear, self.abandon
+        wide_ids = self.wide_ids
+
+        def id_of(word, address):
+            return Mux(wide_ids, word, Mux(address[2], word[32:], word[:32]))
+
+        prefetch_index = Signal(64)
+        with m.If(prefetching & (prefetch_index != self.frontier_size)):
+            m.d.comb += [mem.request.valid.eq(1),
+                         mem.request.payload.eq(self.nodes_ptr + id_offset(wide_ids, prefetch_index))]
+            with m.If(mem.request.ready):
+                m.d.sync += prefetch_index.eq(prefetch_index + 1)
+        with m.If(self.restart):
+            m.d.sync += prefetch_index.eq(0)
+
+        # Checked frontier entries (with their RNG key H_v, computed here) and the indptr pairs
+        # of the in-range ones, both in frontier order. Up to ``ahead`` nodes are in flight.
+        ahead = nodes_ahead(cfg)
+        node_ahead_layout = data.StructLayout({"node": 64, "in_range": 1, "error": 1, "address": 64})
+        nodes_ahead_fifo = SyncFIFO(width=node_ahead_layout.size, depth=ahead)
+        m.submodules.nodes_ahead = ResetInserter(job_reset)(nodes_ahead_fifo)
+        indptr_pairs = SyncFIFO(width=IndptrPair.size, depth=ahead)
+        m.submodules.indptr_pairs = ResetInserter(job_reset)(indptr_pairs)
+        pairs_reserved = Signal(range(ahead + 1))
+        prefetch_node = Signal(64)
+        ahead_in = Signal(node_ahead_layout)
+        m.d.comb += nodes_ahead_fifo.w_data.eq(ahead_in)
+        arriving = mem.response.payload
+        arriving_id = id_of(arriving.data, arriving.address)
+        in_range = ~arriving.error & (arriving_id < self.num_nodes)
+        # every id taken gets its key H_v from a free-running pipeline (the id registered, two mix32
+        # rounds) into ``node_keys``, in frontier order beside ``nodes_ahead``; ids taken and not yet
+        # dispatched are at most ``ahead + 1`` (stage 1 and nodes_ahead), so the FIFO never overflows
+        node_keys = SyncFIFO(width=32, depth=ahead + 2)
+        m.submodules.node_keys = ResetInserter(job_reset)(node_keys)
+        key_id = Signal(64)
+        key_valid = Signal(2 * MIX32_LATENCY + 1)   # a valid bit per stage
+        key_id_high = [Signal(32, name=f"key_id_high{i}") for i in range(MIX32_LATENCY)]
+        key_taken = Signal()
+        m.d.sync += [key_id_high[0].eq(key_id[32:]), *(key_id_high[i].eq(key_id_high[i - 1])
+                                                        for i in range(1, MIX32_LATENCY))]
+        key_first = mix32_pipelined(m, self.hop_key ^ key_id[:32], 1, name="node_mix1")
+        key_second = mix32_pipelined(m, key_first ^ key_id_high[-1] ^ spec_rng.NODE_SALT, 1, name="node_mix2")
+        m.d.sync += key_valid.eq(Cat(key_taken, key_valid[:-1]))
+        with m.If(key_taken):
+            m.d.sync += key_id.eq(arriving_id)
+        with m.If(job_reset | finishing):
+            m.d.sync += key_valid.eq(0)
+        m.d.comb += [node_keys.w_en.eq(key_valid[-1]), node_keys.w_data.eq(key_second)]
+        reserve = Signal()
+        release = Signal()
+        m.d.comb += release.eq(indptr_pairs.r_en & indptr_pairs.r_rdy)
+        m.d.sync += pairs_reserved.eq(pairs_reserved + reserve - release)
+        with m.If(job_reset):
+            m.d.sync += pairs_reserved.eq(0)
+        # the two stages: stage 0 takes an id, stage 1 issues its read(s)
+        s1_valid, s1_in_range, s1_error, s1_second = Signal(), Signal(), Signal(), Signal()
+        s1_address = Signal(64)
+        start_address = self.indptr_base + prefetch_node * 8
+        # indptr[v + 1] in the same beat (not for 64-bit beats): one read brings both
+        same_beat = (start_address[3:(data_bytes.bit_length() - 1)] != ids_per_beat // 2 - 1
+                     if data_bytes > 8 else 0)
+        s1_done = Signal()
+        m.d.comb += [ahead_in.node.eq(prefetch_node), ahead_in.in_range.eq(s1_in_range),
+                     ahead_in.error.eq(s1_error), ahead_in.address.eq(s1_address)]
+        with m.If(s1_valid & ~s1_in_range):
+            m.d.comb += [nodes_ahead_fifo.w_en.eq(nodes_ahead_fifo.w_rdy), s1_done.eq(nodes_ahead_fifo.w_rdy)]
+        with m.Elif(s1_valid & ~s1_second):
+            m.d.comb += [port_a.request.valid.eq(nodes_ahead_fifo.w_rdy | ~same_beat),
+                         port_a.request.payload.eq(start_address), port_a.tag.eq(same_beat)]
+            with m.If(port_a.request.valid & port_a.request.ready):
+                with m.If(same_beat):
+                    m.d.comb += [nodes_ahead_fifo.w_en.eq(1), s1_done.eq(1)]
+                with m.Else():
+                    m.d.sync += s1_second.eq(1)
+        with m.Elif(s1_valid):
+            m.d.comb += [port_a.request.valid.eq(nodes_ahead_fifo.w_rdy),
+                         port_a.request.payload.eq(start_address + 8)]
+            with m.If(port_a.request.valid & port_a.request.ready):
+                m.d.comb += [nodes_ahead_fifo.w_en.eq(1), s1_done.eq(1)]
+        with m.If(s1_done):
+            m.d.sync += [s1_valid.eq(0), s1_second.eq(0)]
+        room = (pairs_reserved + 1 <= ahead) & (~s1_valid | s1_done)
+        with m.If(prefetching & room):
+            m.d.comb += mem.response.ready.eq(1)
+            with m.If(mem.response.valid):
+                m.d.comb += [reserve.eq(in_range), key_taken.eq(1)]
+                m.d.sync += [s1_valid.eq(1), s1_second.eq(0), s1_in_range.eq(in_range),
+                             s1_error.eq(arriving.error), s1_address.eq(arriving.address),
+                             prefetch_node.eq(arriving_id)]
+        with m.If(job_reset | finishing):
+            m.d.sync += [s1_valid.eq(0), s1_second.eq(0)]
+        # indptr answers pair up (start, end) into the reserved FIFO space: both from one beat, or
+        # from two answers
+        first_half = Signal(StreamWord)
+        have_half = Signal()
+        pair_in = Signal(IndptrPair)
+        answer = port_a.response.payload
+        if data_bytes > 8:
+            next_word = port_a.beat.word_select(answer.address[3:data_bytes.bit_length() - 1] + 1, 64)
+        else:
+            next_word = answer.data
+        whole = port_a.answer_tag
+        m.d.comb += [indptr_pairs.w_data.eq(pair_in),
+                     pair_in.start.eq(Mux(whole, answer.data, first_half.data)),
+                     pair_in.end.eq(Mux(whole, next_word, answer.data)),
+                     pair_in.error.eq(Mux(whole, answer.error, first_half.error | answer.error)),
+                     pair_in.address.eq(Mux(~whole & first_half.error, first_half.address, answer.address))]
+        with m.If(prefetching):
+            m.d.comb += port_a.response.ready.eq(1)
+            with m.If(port_a.response.valid & whole):
+                m.d.comb += indptr_pairs.w_en.eq(1)
+            with m.Elif(port_a.response.valid):
+                m.d.sync += have_half.eq(~have_half)
+                with m.If(have_half):
+                    m.d.comb += indptr_pairs.w_en.eq(1)
+                with m.Else():
+                    m.d.sync += first_half.eq(port_a.response.payload)
+        with m.If(job_reset):
+            m.d.sync += have_half.eq(0)
+
+        # the checked nodes with their keys, and the pairs, to the sequencer
+        entry = node_ahead_layout(nodes_ahead_fifo.r_data)
+        m.d.comb += [
+            self.nodes.valid.eq(nodes_ahead_fifo.r_rdy & node_keys.r_rdy),
+            self.nodes.payload.node.eq(entry.node), self.nodes.payload.in_range.eq(entry.in_range),
+            self.nodes.payload.error.eq(entry.error), self.nodes.payload.address.eq(entry.address),
+            self.nodes.payload.key.eq(node_keys.r_data),
+            nodes_ahead_fifo.r_en.eq(self.nodes.ready), node_keys.r_en.eq(self.nodes.ready),
+            self.pairs.valid.eq(indptr_pairs.r_rdy), self.pairs.payload.eq(indptr_pairs.r_data),
+            indptr_pairs.r_en.eq(self.pairs.ready),
+        ]
+        return m

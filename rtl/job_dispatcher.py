@@ -1,0 +1,101 @@
+"""The job dispatcher: the sequencer's per-node jobs to the lanes, the lanes in turn."""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Module, ResetInserter, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["JobDispatcher", "JOBS_PER_LANE", "node_job_layout"]
+
+#: Jobs a lane's queue holds before its edge streamer takes them.
+JOBS_PER_LANE = 4
+
+
+def node_job_layout(max_fanout: int) -> data.StructLayout:
+    """One node's sampling job: its RNG key H_v, degree d, count n = min(d, k), the index of its
+    first edge (``indptr[v]``) and its place in the node list (``base``, in ids)."""
+    return data.StructLayout({"key": 32, "degree": 32, "count": range(max_fanout + 1), "edge_start": 64,
+                              "base": 64})
+
+
+class JobDispatcher(wiring.Component):
+    """Hands each job to a lane with room in its queue, starting after the lane that took the last.
+
+    Every lane has a queue of :data:`JOBS_PER_LANE` jobs. A job is taken (``job.ready``) whenever
+    some lane has room, in the same cycle: the sequencer writes the node's count in that cycle too,
+    so it looks at ``job.ready`` before it offers the count (``job.ready`` does not depend on
+    ``job.valid``).
+
+    Parameters
+    ----------
+    lanes : int
+        Edge-streamer lanes (1 or more).
+    max_fanout : int
+        The largest fanout k of the build (sizes the job's count).
+
+    Members
+    -------
+    job : ``In(stream.Signature(node_job_layout(max_fanout)))``
+    lanes : ``Out(stream.Signature(node_job_layout(max_fanout))).array(lanes)``
+        Each lane's queue, oldest job first.
+    waiting : ``Out(1)``
+        Some queue holds a job.
+    clear : ``In(1)``
+        Empties the queues and restarts the turn at lane 0 (a command's start and end).
+    """
+
+    def __init__(self, lanes: int, max_fanout: int):
+        if not isinstance(lanes, int) or lanes < 1:
+            raise TypeError(f"Lanes must be a positive integer, not {lanes!r}")
+        if not isinstance(max_fanout, int) or max_fanout < 1:
+            raise TypeError(f"Max fanout must be a positive integer, not {max_fanout!r}")
+        self._lanes = lanes
+        self._max_fanout = max_fanout
+        job = stream.Signature(node_job_layout(max_fanout))
+        super().__init__({"job": In(job), "lanes": Out(job).array(lanes), "waiting": Out(1), "clear": In(1)})
+
+    @property
+    def lane_count(self) -> int:
+        return self._lanes
+
+    @property
+    def max_fanout(self) -> int:
+        return self._max_fanout
+
+    def elaborate(self, platform):
+        m = Module()
+        lanes = self._lanes
+        layout = node_job_layout(self._max_fanout)
+        queues = []
+        for lane in range(lanes):
+            queue = SyncFIFO(width=layout.size, depth=JOBS_PER_LANE)
+            m.submodules[f"jobs{lane}"] = ResetInserter(self.clear)(queue)
+            m.d.comb += queue.w_data.eq(self.job.payload)
+            queues.append(queue)
+
+        # the lane after the last one served that has room
+        last_lane = Signal(range(max(lanes, 2)))
+        next_lane = Signal(range(max(lanes, 2)))
+        lane_free = Signal()
+        with m.Switch(last_lane):
+            for last in range(lanes):
+                with m.Case(last):
+                    for n, lane in enumerate((last + offset) % lanes for offset in range(1, lanes + 1)):
+                        with (m.If if n == 0 else m.Elif)(queues[lane].w_rdy):
+                            m.d.comb += [next_lane.eq(lane), lane_free.eq(1)]
+        m.d.comb += self.job.ready.eq(lane_free)
+        with m.If(self.job.valid & self.job.ready):
+            with m.Switch(next_lane):
+                for lane in range(lanes):
+                    with m.Case(lane):
+                        m.d.comb += queues[lane].w_en.eq(1)
+            m.d.sync += last_lane.eq(next_lane)
+        with m.If(self.clear):
+            m.d.sync += last_lane.eq(0)
+
+        for queue, out in zip(queues, self.lanes, strict=True):
+            m.d.comb += [out.valid.eq(queue.r_rdy), out.payload.eq(queue.r_data), queue.r_en.eq(out.ready)]
+        m.d.comb += self.waiting.eq(Cat(*(queue.r_rdy for queue in queues)).any())
+        return m

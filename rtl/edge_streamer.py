@@ -30,8 +30,9 @@ __all__ = ["EdgeStreamer", "SAMPLERS_PER_LANE", "ANSWER_DEPTH", "id_offset", "id
 #: Position samplers per lane, taking jobs in turn: a job holds a sampler for two cycles (request
 #: and start), ``position_sampler.DRAW_LATENCY`` to fill the draw pipeline and k to stream. With
 #: fanouts of ~10 and about every other job sampled, a lane receives a sampled job every ~8 cycles,
-#: so the samplers must turn one job around every 6 (6 at DRAW_LATENCY 21; 4 measured 1.29 cycles
-#: per edge per lane, the samplers being the bound).
+#: so the samplers must turn one job around every 6. Every sampler has a ticket slot, so all of them
+#: fill their pipelines while earlier tickets stream (with two ticket slots the default build took
+#: 1.29 cycles per edge per lane whatever the sampler count; with one per sampler, 1.099).
 SAMPLERS_PER_LANE = -(-(DRAW_LATENCY + 2 + 10) // 6)
 #: Answers (beats) a lane holds between its read channel and its collector.
 ANSWER_DEPTH = 32
@@ -132,7 +133,9 @@ class EdgeStreamer(KernelBlock):
         collect_layout = data.StructLayout({"count": range(cfg.max_fanout + 1), "address": 64})
         ticket_layout = data.StructLayout({"sampler": range(SAMPLERS_PER_LANE), "dense": 1,
                                            "count": range(cfg.max_fanout + 1), "edge_address": 64})
-        tickets = SyncFIFO(width=ticket_layout.size, depth=2)
+        # a ticket per sampler: a sampled job's draws start when its ticket is queued, so every sampler
+        # can fill its pipeline while the tickets ahead of it stream
+        tickets = SyncFIFO(width=ticket_layout.size, depth=SAMPLERS_PER_LANE)
         m.submodules.tickets = ResetInserter(job_reset)(tickets)
         collects = SyncFIFO(width=collect_layout.size, depth=cfg.outstanding_reads)
         m.submodules.collects = ResetInserter(job_reset)(collects)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import gzip
 import json
-import os
 import pathlib
 import re
 
@@ -183,12 +182,3 @@ def test_fresh_nextpnr_run_validates(tmp_path):
                 "--detailed-timing-report", "--write", "routed.json"], tmp_path, 1200)
     validate(tmp_path / "routed.json", tmp_path / "report.json", MHZ)
     assert len(tp.top_paths(tmp_path / "routed.json", tmp_path / "report.json", MHZ, exclude=())) == 5
-
-
-@pytest.mark.parametrize("folder", [f for f in os.environ.get("TIMING_PATHS_VALIDATE", "").split(os.pathsep) if f])
-def test_validate_other_runs(folder):
-    """``TIMING_PATHS_VALIDATE=dir1:dir2`` validates other nextpnr runs (routed.json and report.json, or
-    report_detailed.json, in each dir) at 150 MHz; nothing runs without it."""
-    folder = pathlib.Path(folder)
-    report = next(p for p in (folder / "report.json", folder / "report_detailed.json") if p.exists())
-    validate(folder / "routed.json", report, MHZ)

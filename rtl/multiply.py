@@ -1,0 +1,106 @@
+"""Pipelined multiplication from registered 16x16 products (a DSP each) and registered adder trees.
+
+The kernel multiplies in two places: the bounded draw's 32x32 product (``rng.multiply_pipelined``)
+and the feature aggregator's row address ``features_base + id x row_bytes``. Both are built from
+:func:`product16` (operands and product registered: the shape a DSP absorbs) and, for the row
+address, :func:`multiply_add_low`: every 16x16 partial product that reaches the result's low bits,
+summed by a binary tree with one registered adder per level, so that no stage holds more than one
+multiplication or one carry chain.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import ClockSignal, Instance, Module, Signal, Value
+
+__all__ = ["RegisteredMultipliers", "product16", "multiply_add_low", "multiply_add_latency"]
+
+
+class RegisteredMultipliers:
+    """How :func:`product16` builds its products, passed to ``elaborate`` as the platform.
+
+    Without it (``platform=None``: export, Verilator, synth_xilinx) a product is plain Amaranth:
+    operand registers, a ``*`` and a product register, the shape Vivado absorbs into a DSP48E2
+    (AREG/BREG, MREG or PREG). Yosys 0.23's ``synth_ecp5`` does not absorb registers into an ECP5
+    ``MULT18X18D``, so the ECP5 timing proxy elaborates with ``RegisteredMultipliers("ecp5")``: the
+    same two stages as one ``MULT18X18D`` instance with its input and output registers on (one
+    clock enable, as the plain form's). Same function, same latency."""
+
+    def __init__(self, family: str):
+        if family != "ecp5":
+            raise ValueError(f"No registered multiplier primitive for {family!r}; known: ecp5")
+        self.family = family
+
+
+def _register(m, value, enable, name):
+    reg = Signal(len(value), name=name)
+    with m.If(enable):
+        m.d.sync += reg.eq(value)
+    return reg
+
+
+def product16(m: Module, a: Value, b: Value, enable: Value, name: str, platform) -> Signal:
+    """The 32-bit product of two values of at most 16 bits, two enabled cycles later (operands, then
+    product)."""
+    a, b = Value.cast(a), Value.cast(b)
+    assert len(a) <= 16 and len(b) <= 16, (len(a), len(b))
+    if isinstance(platform, RegisteredMultipliers):
+        product = Signal(36, name=f"{name}_p")
+        ports = {f"i_A{i}": (a[i] if i < len(a) else 0) for i in range(18)}
+        ports.update({f"i_B{i}": (b[i] if i < len(b) else 0) for i in range(18)})
+        ports.update({f"i_C{i}": 0 for i in range(18)})
+        ports.update({f"o_P{i}": product[i] for i in range(36)})
+        m.submodules[f"{name}_dsp"] = Instance(
+            "MULT18X18D",
+            p_REG_INPUTA_CLK="CLK0", p_REG_INPUTA_CE="CE0", p_REG_INPUTA_RST="RST0",
+            p_REG_INPUTB_CLK="CLK0", p_REG_INPUTB_CE="CE0", p_REG_INPUTB_RST="RST0",
+            p_REG_INPUTC_CLK="NONE", p_REG_PIPELINE_CLK="NONE",
+            p_REG_OUTPUT_CLK="CLK0", p_REG_OUTPUT_CE="CE0", p_REG_OUTPUT_RST="RST0",
+            p_GSR="DISABLED", p_RESETMODE="SYNC", p_MULT_BYPASS="DISABLED",
+            i_CLK0=ClockSignal("sync"), i_CE0=enable, i_RST0=0, i_SIGNEDA=0, i_SIGNEDB=0, i_SOURCEA=0,
+            i_SOURCEB=0, **ports)
+        return product[:32]
+    ra = _register(m, a, enable, f"{name}_a")
+    rb = _register(m, b, enable, f"{name}_b")
+    return _register(m, (ra * rb)[:32], enable, f"{name}_p")
+
+
+def _digits(value: Value) -> list[Value]:
+    return [value[i:i + 16] for i in range(0, len(value), 16)]
+
+
+def _terms(a_width: int, b_width: int, width: int) -> int:
+    return sum(1 for i in range(0, a_width, 16) for j in range(0, b_width, 16) if i + j < width)
+
+
+def multiply_add_latency(a_width: int, b_width: int, width: int) -> int:
+    """Enabled cycles of :func:`multiply_add_low` for these operand and result widths: two for the
+    products, one per level of the tree over the partial products and the addend."""
+    terms = _terms(a_width, b_width, width) + 1
+    return 2 + (terms - 1).bit_length()
+
+
+def multiply_add_low(m: Module, a: Value, b: Value, c: Value, width: int, enable: Value, name: str,
+                     platform) -> Signal:
+    """``(a * b + c) mod 2^width``, :func:`multiply_add_latency` enabled cycles later (``c`` is taken
+    when ``a`` and ``b`` are). Every 16x16 partial product whose weight is below ``2^width`` is a
+    :func:`product16`; the addend waits beside them; a binary tree of registered ``width``-bit adders
+    sums them."""
+    a, b, c = Value.cast(a), Value.cast(b), Value.cast(c)
+    terms = []
+    for i, ai in enumerate(_digits(a)):
+        for j, bj in enumerate(_digits(b)):
+            shift = 16 * (i + j)
+            if shift < width:
+                product = product16(m, ai, bj, enable, f"{name}_p{i}{j}", platform)
+                terms.append((product << shift)[:width])
+    addend = _register(m, c[:width], enable, f"{name}_c0")
+    terms.append(_register(m, addend, enable, f"{name}_c1"))
+    level = 0
+    while len(terms) > 1:
+        summed = [_register(m, (terms[k] + terms[k + 1])[:width], enable, f"{name}_s{level}_{k // 2}")
+                  for k in range(0, len(terms) - 1, 2)]
+        if len(terms) % 2:
+            summed.append(_register(m, terms[-1], enable, f"{name}_s{level}_pass"))
+        terms, level = summed, level + 1
+    assert 2 + level == multiply_add_latency(len(a), len(b), width), (len(a), len(b), width, level)
+    return terms[0]

@@ -16,6 +16,7 @@ from amaranth.sim import Simulator
 from smartsage.rtl.axi import AxiLiteSignature, check_data_width
 from smartsage.rtl.control import ARGUMENTS, ControlRegisters, register_offset
 from smartsage.rtl.kernel import IMAGE_WORDS, SamplerKernel
+from smartsage.rtl.multiply import multiply_add_latency, multiply_add_low
 from smartsage.rtl.position_sampler import PositionSampler
 from smartsage.rtl.rng import (
     MIX32_LATENCY,
@@ -107,6 +108,51 @@ def test_pipelined_mix32_and_product_match_spec_and_stall():
             if len(presented) >= MULTIPLY_LATENCY:
                 a, b = presented[-MULTIPLY_LATENCY]
                 assert ctx.get(dut.product) == a * b, f"{a:#x} * {b:#x}"
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+
+
+class _RowAddress(wiring.Component):
+    """features_base + id x row_bytes as the feature aggregator computes it (64 x 34 bits, low 64)."""
+
+    def __init__(self):
+        super().__init__({"a": In(64), "b": In(34), "c": In(64), "enable": In(1), "result": Out(64)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.result.eq(multiply_add_low(m, self.a, self.b, self.c, 64, self.enable, "row", platform))
+        return m
+
+
+def test_pipelined_multiply_add_gives_the_low_word_and_stalls():
+    """multiply_add_low: (a x b + c) mod 2^64 of the operands presented multiply_add_latency enabled
+    cycles before (nine 16x16 partial products, the addend, a four-level tree), holding on stalls."""
+    rng = random.Random(_seed())
+    dut = _RowAddress()
+    latency = multiply_add_latency(64, 34, 64)
+    assert latency == 6
+    mask = (1 << 64) - 1
+    triples = [(0, 0, 0), (mask, (1 << 34) - 1, mask), (1, 1, mask)] + [
+        (rng.getrandbits(64), rng.getrandbits(34), rng.getrandbits(64)) for _ in range(60)]
+
+    async def bench(ctx):
+        presented = []
+        for a, b, c in triples + [(0, 0, 0)] * latency:
+            while rng.random() < 0.3:
+                ctx.set(dut.enable, 0)
+                await ctx.tick()
+            ctx.set(dut.a, a)
+            ctx.set(dut.b, b)
+            ctx.set(dut.c, c)
+            ctx.set(dut.enable, 1)
+            await ctx.tick()
+            presented.append((a, b, c))
+            if len(presented) >= latency:
+                a0, b0, c0 = presented[-latency]
+                assert ctx.get(dut.result) == (a0 * b0 + c0) & mask, f"{a0:#x} * {b0:#x} + {c0:#x}"
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)

@@ -24,7 +24,7 @@ keeps a handle, :class:`.common.Observed`); everything asserted as a property is
 from __future__ import annotations
 
 from ..control import ControlRegisters
-from . import burst_reader, read_engine, writers
+from . import burst_reader, kernel_writes, read_engine, writers
 from .common import (
     FORMAL_DATA_WIDTH,
     FORMAL_OUTSTANDING,
@@ -58,6 +58,17 @@ def _checks(block, prove_depth, prove_why, bmc_depth, bmc_why, prove_engine=UNRO
 
 
 _FIFO_INVARIANT = "k-induction closes with the invariant bursts in flight == level of the block's in-flight FIFO"
+
+#: The requesters' part of "the kernel never writes outside the descriptor's buffers" (kernel_writes).
+KERNEL_WRITES_CHECKS = {
+    "sequencer_writes": FormalCheck(
+        "sequencer_writes", "sequencer_writes", "prove", 4,
+        "TODO"),
+    "sequencer_writes_bounded": FormalCheck(
+        "sequencer_writes_bounded", "sequencer_writes", "bmc", 45, "TODO", "smtbmc z3"),
+    "streamer_writes_bounded": FormalCheck(
+        "streamer_writes_bounded", "streamer_writes", "bmc", 10, "TODO", "smtbmc z3"),
+}
 
 CHECKS: dict[str, FormalCheck] = {
     "control": FormalCheck(
@@ -94,6 +105,7 @@ CHECKS: dict[str, FormalCheck] = {
         "of 1..16 bytes at any alignment (spanning two beats), bursts of 1-3 beats, 3 bursts queued (the "
         "outstanding bound), answers, every address, window and strobe free. Not covered: bursts of 4 or "
         "more beats, a 16-beat burst"),
+    **KERNEL_WRITES_CHECKS,
 }
 
 #: Broken variants: block -> variant -> (class, the check it must fail).
@@ -103,6 +115,8 @@ BROKEN: dict[str, dict[str, tuple[type, str]]] = {
     "burst_reader": burst_reader.BROKEN_BURST_READER,
     "write_combiner": writers.BROKEN_WRITE_COMBINER,
     "beat_writer": writers.BROKEN_BEAT_WRITER,
+    "sequencer_writes": kernel_writes.BROKEN_SEQUENCER_WRITES,
+    "streamer_writes": kernel_writes.BROKEN_STREAMER_WRITES,
 }
 
 
@@ -128,6 +142,8 @@ def harness(block: str, variant: str | None = None, inductive_only: bool = False
         cls = broken or burst_reader.DEFAULT_CLASS
         return burst_reader.BurstReaderHarness(
             cls(burst_reader.FORMAL_READER_DATA_WIDTH, FORMAL_OUTSTANDING), inductive_only)
+    if block in kernel_writes.HARNESSES:
+        return kernel_writes.build(block, broken, inductive_only)
     if block == "write_combiner":
         cls = broken or writers.DEFAULT_CLASSES[block]
         return writers.WriteCombinerHarness(

@@ -72,6 +72,14 @@ KERNEL_WRITES_CHECKS = {
         "with four invariants on its registers (in FRONTIER counts_base + frontier_size <= counts_capacity and "
         "frontier_index <= frontier_size; counts_ptr aligned in the hop states; result_ptr aligned in RESULT; in "
         "HOP once key_wait is 0, counts_end == counts_base + frontier_size); about 35 s here"),
+    "sequencer_descriptor": FormalCheck(
+        "sequencer_descriptor", "sequencer_descriptor", "prove", 2,
+        "the harness is the device memory (a descriptor of free words at a free 8-aligned address, every "
+        "read answered in order from a queue of the word indices asked); k-induction closes at depth 2 with "
+        "invariants tying the fetch to the sequencer's registers (descriptor_base is the argument outside "
+        "IDLE; while fetching, queued entries are the words answered + j and every word answered is in its "
+        "register; once result_valid every register holds its word; the queue is empty outside DESCRIPTOR "
+        "and FINISH); about 13 s here"),
 }
 
 CHECKS: dict[str, FormalCheck] = {
@@ -120,6 +128,7 @@ BROKEN: dict[str, dict[str, tuple[type, str]]] = {
     "write_combiner": writers.BROKEN_WRITE_COMBINER,
     "beat_writer": writers.BROKEN_BEAT_WRITER,
     "sequencer_writes": kernel_writes.BROKEN_SEQUENCER_WRITES,
+    "sequencer_descriptor": kernel_writes.BROKEN_SEQUENCER_DESCRIPTOR,
 }
 
 
@@ -145,8 +154,8 @@ def harness(block: str, variant: str | None = None, inductive_only: bool = False
         cls = broken or burst_reader.DEFAULT_CLASS
         return burst_reader.BurstReaderHarness(
             cls(burst_reader.FORMAL_READER_DATA_WIDTH, FORMAL_OUTSTANDING), inductive_only)
-    if block == "sequencer_writes":
-        return kernel_writes.build(broken, inductive_only)
+    if block in ("sequencer_writes", "sequencer_descriptor"):
+        return kernel_writes.build(block, broken, inductive_only)
     if block == "write_combiner":
         cls = broken or writers.DEFAULT_CLASSES[block]
         return writers.WriteCombinerHarness(

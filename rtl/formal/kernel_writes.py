@@ -45,22 +45,29 @@ Not covered (the rest of the kernel's part, each argued, not proved):
   dispatcher unchanged: kernel.py);
 - the aggregator's row addresses (its rows lie in ``self[0..entries)`` / ``sum[0..entries)`` by
   construction, and the sequencer checks ``entries x row bytes`` against both capacities before
-  it starts it); here only its pointers are checked to be the latched ones;
-- the binding of the ``buffers`` port to the descriptor's bytes in memory: the port is the same
-  decode of the fetched words (``desc(name)``) that the sequencer's checks and addresses use.
+  it starts it); here only its pointers are checked to be the latched ones.
+
+``sequencer_descriptor`` ties the ``buffers`` port to memory: the harness answers the descriptor
+reads from free words at a free 8-aligned address (in request order) and asserts that whenever the
+sequencer offers a write or a job, ``buffers`` holds exactly the pointer and capacity fields of
+those words. Also k-induction (depth 2).
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Assert, Assume, Const, Module
+from amaranth.hdl import Array, Assert, Assume, Cat, Const, Module, Mux, Signal
 from amaranth.hdl._ast import Assign
+from amaranth.lib import data
 
 from smartsage.spec.config import CONFIGS
+from smartsage.spec.descriptor import DESCRIPTOR_FIELDS, DESCRIPTOR_SIZE
 
-from ..command_sequencer import CommandSequencer
-from .common import Harness, drive_inputs
+from ..command_sequencer import CommandSequencer, OutputBuffers
+from ..image_header import field_span
+from .common import Harness, Queue, drive_inputs
 
-__all__ = ["SequencerWritesHarness", "BROKEN_SEQUENCER_WRITES", "FORMAL_KERNEL_CONFIG", "build", "inner"]
+__all__ = ["SequencerWritesHarness", "SequencerDescriptorHarness", "BROKEN_SEQUENCER_WRITES",
+           "BROKEN_SEQUENCER_DESCRIPTOR", "FORMAL_KERNEL_CONFIG", "build", "inner"]
 
 #: The build under proof: the small configuration (64-bit bus, one lane, fanout 16).
 FORMAL_KERNEL_CONFIG = CONFIGS["small"]
@@ -128,6 +135,21 @@ class _NodesUnchecked(_ObservedSequencer):
         return Const(1) if buffer == "nodes" else super()._fits(end, capacity, buffer)
 
 
+class _DescriptorSkewed(_ObservedSequencer):
+    """Broken: fetches the descriptor one word past its address (each field read from the next)."""
+
+    def elaborate(self, platform):
+        argument = self.descriptor
+        skewed = Signal(64, name="descriptor_skewed")
+        self.__dict__["descriptor"] = skewed
+        try:
+            m = super().elaborate(platform)
+        finally:
+            self.__dict__["descriptor"] = argument
+        m.d.comb += skewed.eq(argument + 8)
+        return m
+
+
 class SequencerWritesHarness(Harness):
     def elaborate(self, platform):
         m, steps = self.frame()
@@ -171,6 +193,70 @@ class SequencerWritesHarness(Harness):
         return m
 
 
+# ---------------------------------------------------------------------------------------------- descriptor
+
+class SequencerDescriptorHarness(Harness):
+    """The ``buffers`` port against the descriptor in memory: the harness is the device memory (a
+    descriptor of free words at a free 8-aligned address, answers in request order) and asserts that
+    whenever the sequencer offers a write or a job, its buffers are the fields of those words."""
+
+    def elaborate(self, platform):
+        m, steps = self.frame()
+        dut = self.instantiate(m, self.block, platform)
+        reads = dut.descriptor_reads
+        drive_inputs(self, m, dut, "in_", skip=("descriptor", "descriptor_reads", "reads_idle"))
+        descriptor = Cat(Const(0, 3), self.constant(m, steps, 61, "descriptor_word_address"))
+        words = [self.constant(m, steps, 64, f"descriptor_word{i}") for i in range(DESCRIPTOR_SIZE // 8)]
+        m.d.comb += dut.descriptor.eq(descriptor)
+
+        # the memory: every request queued (its word index, or outside the descriptor), answered in order
+        entry = data.StructLayout({"index": range(len(words)), "inside": 1})
+        pending = Queue(m, entry, len(words), "descriptor_pending")
+        offset = Signal(64, name="request_offset")
+        m.d.comb += [
+            reads.request.ready.eq(self.free(1, "request_ready")),
+            offset.eq(reads.request.payload - descriptor),
+            pending.push.eq(reads.request.valid & reads.request.ready),
+            pending.data.index.eq(offset[3:]), pending.data.inside.eq((offset < DESCRIPTOR_SIZE) & (offset[:3] == 0)),
+            reads.response.valid.eq(self.free(1, "response_valid") & pending.any),
+            reads.response.payload.data.eq(Mux(pending.head.inside, Array(words)[pending.head.index],
+                                               self.free(64, "response_outside"))),
+            reads.response.payload.error.eq(self.free(1, "response_error")),
+            reads.response.payload.address.eq(self.free(64, "response_address")),
+            pending.pop.eq(reads.response.valid & reads.response.ready),
+            dut.reads_idle.eq(~pending.any & self.free(1, "other_reads_idle")),
+        ]
+
+        fields = Cat(words)
+        b = dut.buffers
+        m.d.comb += Assert(~(dut.fields.valid | dut.job.valid)
+                           | Cat(*(b[name] == fields[field_span(DESCRIPTOR_FIELDS, name)[0] * 8:][:64]
+                                   for name in OutputBuffers.members)).all())
+
+        # invariants: the fetch walks the words in order, each answer lands in its register
+        asked, answered, descriptor_base, result_valid = inner(
+            m.submodules.dut, "descriptor_asked", "descriptor_answered", "descriptor_base", "result_valid")
+        registers = inner(m.submodules.dut, *(f"desc_word{i}" for i in range(len(words))))
+        in_state = {name: dut.state == code for name, code in dut.state_code.items()}
+        fetching = in_state["DESCRIPTOR"]
+        m.d.comb += [
+            Assert(in_state["IDLE"] | (descriptor_base == descriptor)),
+            Assert(~result_valid | Cat(*(r == w for r, w in zip(registers, words, strict=True))).all()),
+            Assert(fetching | in_state["FINISH"] | ~pending.any),
+            Assert(in_state["IDLE"] | fetching | in_state["FINISH"] | in_state["DONE"] | result_valid),
+            Assert(~fetching | ((answered <= asked) & (asked <= len(words)) & (pending.count == asked - answered))),
+            Assert(pending.write == (pending.read + pending.count)[:len(pending.write)]),
+        ]
+        for i, (register, word) in enumerate(zip(registers, words, strict=True)):
+            m.d.comb += Assert(~(fetching & (i < answered)) | (register == word))
+        for slot, stored in enumerate(pending.entries):
+            j = Signal(range(len(words)), name=f"pending_age{slot}")
+            m.d.comb += j.eq(slot - pending.read)
+            m.d.comb += Assert(~(fetching & (j < pending.count))
+                               | ((stored.index == answered + j) & stored.inside))
+        return m
+
+
 #: Broken variants: name -> (class, the check it must fail).
 #: A broken variant of a k-induction check fails its induction step: from states where every
 #: property and invariant held, one step of the broken block breaks one (the counterexample names it).
@@ -178,8 +264,12 @@ BROKEN_SEQUENCER_WRITES = {
     "counts_one_past": (_CountsOnePast, "sequencer_writes"),
     "nodes_unchecked": (_NodesUnchecked, "sequencer_writes"),
 }
+BROKEN_SEQUENCER_DESCRIPTOR = {
+    "descriptor_skewed": (_DescriptorSkewed, "sequencer_descriptor"),
+}
 
 
-def build(broken=None, inductive_only: bool = False) -> Harness:
-    """The harness around the sequencer of :data:`FORMAL_KERNEL_CONFIG` (or the ``broken`` class)."""
-    return SequencerWritesHarness((broken or _ObservedSequencer)(FORMAL_KERNEL_CONFIG), inductive_only)
+def build(block: str = "sequencer_writes", broken=None, inductive_only: bool = False) -> Harness:
+    """The harness ``block`` around the sequencer of :data:`FORMAL_KERNEL_CONFIG` (or the ``broken`` class)."""
+    harness = SequencerDescriptorHarness if block == "sequencer_descriptor" else SequencerWritesHarness
+    return harness((broken or _ObservedSequencer)(FORMAL_KERNEL_CONFIG), inductive_only)

@@ -39,8 +39,9 @@ Not covered (the rest of the kernel's part, each argued, not proved):
 - the lanes' appends: an :class:`~smartsage.rtl.edge_streamer.EdgeStreamer` writes a job's ids at
   ``nodes_ptr + (base + i) x id size`` for ``i < count`` (the collector's address register and
   its collects FIFO), so inside the node list given the jobs above; its harness (jobs assumed
-  inside ``[0, nodes_capacity)``) took over 5 minutes for 4 BMC steps here (its position samplers'
-  hash pipelines), too slow to reach an append, and the FIFO's contents keep it from induction;
+  inside ``[0, nodes_capacity)``) took over 5 minutes for 4 BMC steps here, too slow to reach an
+  append; a k-induction harness (collects FIFO in registers, free position samplers) did not
+  finish in 200-600 s (docs/wip/streamer_writes.py.txt);
 - the kernel's wiring (``sequencer.nodes_ptr`` / ``wide_ids`` to every lane, jobs through the
   dispatcher unchanged: kernel.py);
 - the aggregator's row addresses (its rows lie in ``self[0..entries)`` / ``sum[0..entries)`` by

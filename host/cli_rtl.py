@@ -42,7 +42,8 @@ def register(subparsers) -> None:
     from . import cli_package
     cli_package.register(commands)
 
-    formal = commands.add_parser("formal", help="SymbiYosys checks of the control block, read engines and writers")
+    formal = commands.add_parser(
+        "formal", help="SymbiYosys checks: control, read engines, writers, the sequencer's write windows")
     formal.add_argument("--check", action="append", help="check to run (repeatable; default: all)")
     formal.add_argument("-o", "--output", type=pathlib.Path, required=True, help="work directory")
     formal.set_defaults(func=_formal)

@@ -16,7 +16,7 @@ image header words it reads are located in ``image_header.py``.
 from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
-from amaranth.lib import stream
+from amaranth.lib import data, stream
 from amaranth.lib.wiring import In, Out
 
 from smartsage.spec import image as spec_image
@@ -45,10 +45,14 @@ from .rng import MIX32_LATENCY, mix32_pipelined
 from .tagged_read_stream import ReadPortSignature
 from .write_combiner import AppendWord
 
-__all__ = ["CommandSequencer", "IMAGE_WORDS", "SUPPORTED_FLAGS"]
+__all__ = ["CommandSequencer", "IMAGE_WORDS", "SUPPORTED_FLAGS", "OutputBuffers"]
 
 #: Descriptor flags this build executes: AGGREGATE (docs/spec.md section 4, the feature aggregator).
 SUPPORTED_FLAGS = int(Flags.AGGREGATE)
+#: The descriptor's output buffers as the sequencer latched them (pointers, capacities).
+OutputBuffers = data.StructLayout({name: 64 for name in (
+    "nodes_ptr", "nodes_capacity", "counts_ptr", "counts_capacity", "self_ptr", "self_capacity",
+    "sum_ptr", "sum_capacity", "result_ptr")})
 
 
 class CommandSequencer(KernelBlock):
@@ -107,6 +111,9 @@ class CommandSequencer(KernelBlock):
     aggregator_error_address, aggregator_write_error_address : ``In(64)``
         The feature aggregator's start, its parameters and outcome; ``aggregating``: it owns the
         storage and device-memory buses.
+    buffers : ``Out(OutputBuffers)``
+        The descriptor's output buffers as fetched (for the write-window property of
+        rtl/formal/kernel_writes.py; nothing in the kernel reads them).
     """
 
     def __init__(self, config: KernelConfig):
@@ -131,7 +138,12 @@ class CommandSequencer(KernelBlock):
             "aggregate_start": Out(1), "aggregating": Out(1), "aggregate_parameters": Out(AggregateParameters),
             "aggregator_busy": In(1), "aggregator_error": In(1), "aggregator_error_address": In(ADDRESS_WIDTH),
             "aggregator_write_error": In(1), "aggregator_write_error_address": In(ADDRESS_WIDTH),
+            "buffers": Out(OutputBuffers),
         })
+
+    def _fits(self, end, capacity, buffer: str):
+        """The capacity checks: entries up to ``end`` fit the ``buffer`` ("counts", "nodes")."""
+        return end <= capacity
 
     def elaborate(self, platform):
         m = Module()
@@ -309,6 +321,8 @@ class CommandSequencer(KernelBlock):
             self.wide_ids.eq(wide_ids), self.hop_key.eq(hop_key), self.fanout.eq(fanout),
         ]
 
+        m.d.comb += [getattr(self.buffers, name).eq(desc(name)) for name in OutputBuffers.members]
+
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += self.idle.eq(1)
@@ -396,7 +410,7 @@ class CommandSequencer(KernelBlock):
                     m.next = "FINISH"
                 with m.Elif(key_wait != 0):  # hop_key and counts_end settle
                     pass
-                with m.Elif(counts_end > counts_capacity):
+                with m.Elif(~self._fits(counts_end, counts_capacity, "counts")):
                     fail(Status.COUNTS_CAPACITY, hop_value=hop, value=counts_end)
                 with m.Else():
                     m.d.sync += [hop_key.eq(hop_mixed),
@@ -444,7 +458,7 @@ class CommandSequencer(KernelBlock):
                     with m.Elif(self.pairs.valid):
                         with m.If(pair.error):
                             fail(Status.STORAGE_ERROR, value=pair.address)
-                        with m.Elif(written + count > nodes_capacity):
+                        with m.Elif(~self._fits(written + count, nodes_capacity, "nodes")):
                             fail(Status.NODES_CAPACITY, hop_value=hop, index_value=frontier_index,
                                  value=written + count)
                         with m.Else():

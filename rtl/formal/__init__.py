@@ -1,4 +1,4 @@
-"""Formal harnesses (SymbiYosys) for the control block, the read engines and the burst writers.
+"""Formal harnesses (SymbiYosys) for the control block, the read engines, the burst writers and the sequencer.
 
 Each harness instantiates one block of the kernel unchanged, drives every input from a free
 top-level port (the solver picks any value each cycle), constrains only what the block's environment
@@ -14,7 +14,10 @@ answer until taken, requests lie inside a buffer window), and asserts properties
   :class:`~smartsage.rtl.beat_writer.BeatWriter` through the AXI4 write-master monitor of
   :mod:`.axi_write` (handshakes, burst rules, WLAST, outstanding bound, no strobed byte outside the
   window every request was inside: the blocks' part of "the kernel never writes outside the
-  descriptor's buffers").
+  descriptor's buffers");
+- :mod:`.kernel_writes`: :class:`~smartsage.rtl.command_sequencer.CommandSequencer`'s part of that
+  property (counts and result-header fields, the jobs' node-list slots, inside the buffers it
+  latched: its ``buffers`` port), by k-induction.
 
 Invariants that make a property inductive may name a block's inside (reached through a subclass that
 keeps a handle, :class:`.common.Observed`); everything asserted as a property is a port property.
@@ -24,7 +27,7 @@ keeps a handle, :class:`.common.Observed`); everything asserted as a property is
 from __future__ import annotations
 
 from ..control import ControlRegisters
-from . import burst_reader, read_engine, writers
+from . import burst_reader, kernel_writes, read_engine, writers
 from .common import (
     FORMAL_DATA_WIDTH,
     FORMAL_OUTSTANDING,
@@ -58,6 +61,26 @@ def _checks(block, prove_depth, prove_why, bmc_depth, bmc_why, prove_engine=UNRO
 
 
 _FIFO_INVARIANT = "k-induction closes with the invariant bursts in flight == level of the block's in-flight FIFO"
+
+#: The sequencer's part of "the kernel never writes outside the descriptor's buffers" (kernel_writes).
+KERNEL_WRITES_CHECKS = {
+    "sequencer_writes": FormalCheck(
+        "sequencer_writes", "sequencer_writes", "prove", 2,
+        "a whole-kernel BMC reaches the first write only at step 38 (119 s here) and a BMC of the sequencer "
+        "alone reached step 23 in 10 minutes, so the property is proved by k-induction instead, on the "
+        "sequencer's ports (every input free, the buffers from its buffers port): k-induction closes at depth 2 "
+        "with four invariants on its registers (in FRONTIER counts_base + frontier_size <= counts_capacity and "
+        "frontier_index <= frontier_size; counts_ptr aligned in the hop states; result_ptr aligned in RESULT; in "
+        "HOP once key_wait is 0, counts_end == counts_base + frontier_size); about 35 s here"),
+    "sequencer_descriptor": FormalCheck(
+        "sequencer_descriptor", "sequencer_descriptor", "prove", 2,
+        "the harness is the device memory (a descriptor of free words at a free 8-aligned address, every "
+        "read answered in order from a queue of the word indices asked); k-induction closes at depth 2 with "
+        "invariants tying the fetch to the sequencer's registers (descriptor_base is the argument outside "
+        "IDLE; while fetching, queued entries are the words answered + j and every word answered is in its "
+        "register; once result_valid every register holds its word; the queue is empty outside DESCRIPTOR "
+        "and FINISH); about 13 s here"),
+}
 
 CHECKS: dict[str, FormalCheck] = {
     "control": FormalCheck(
@@ -94,6 +117,7 @@ CHECKS: dict[str, FormalCheck] = {
         "of 1..16 bytes at any alignment (spanning two beats), bursts of 1-3 beats, 3 bursts queued (the "
         "outstanding bound), answers, every address, window and strobe free. Not covered: bursts of 4 or "
         "more beats, a 16-beat burst"),
+    **KERNEL_WRITES_CHECKS,
 }
 
 #: Broken variants: block -> variant -> (class, the check it must fail).
@@ -103,6 +127,8 @@ BROKEN: dict[str, dict[str, tuple[type, str]]] = {
     "burst_reader": burst_reader.BROKEN_BURST_READER,
     "write_combiner": writers.BROKEN_WRITE_COMBINER,
     "beat_writer": writers.BROKEN_BEAT_WRITER,
+    "sequencer_writes": kernel_writes.BROKEN_SEQUENCER_WRITES,
+    "sequencer_descriptor": kernel_writes.BROKEN_SEQUENCER_DESCRIPTOR,
 }
 
 
@@ -128,6 +154,8 @@ def harness(block: str, variant: str | None = None, inductive_only: bool = False
         cls = broken or burst_reader.DEFAULT_CLASS
         return burst_reader.BurstReaderHarness(
             cls(burst_reader.FORMAL_READER_DATA_WIDTH, FORMAL_OUTSTANDING), inductive_only)
+    if block in ("sequencer_writes", "sequencer_descriptor"):
+        return kernel_writes.build(block, broken, inductive_only)
     if block == "write_combiner":
         cls = broken or writers.DEFAULT_CLASSES[block]
         return writers.WriteCombinerHarness(

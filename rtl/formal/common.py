@@ -14,7 +14,7 @@ import sys
 import time
 
 from amaranth.back import rtlil
-from amaranth.hdl import Assert, Assume, ClockDomain, Elaboratable, Fragment, Module, Signal
+from amaranth.hdl import Assert, Assume, ClockDomain, Elaboratable, Fragment, Module, Shape, Signal
 from amaranth.lib.fifo import SyncFIFO
 
 __all__ = ["FormalCheck", "FormalResult", "FormalToolMissing", "run_check", "tools_available",
@@ -108,11 +108,11 @@ class Harness(Elaboratable):
         return value
 
 
-def drive_inputs(h: Harness, m: Module, interface, prefix: str):
-    """Drive every input of ``interface`` from a free port of the harness."""
+def drive_inputs(h: Harness, m: Module, interface, prefix: str, skip=()):
+    """Drive every input of ``interface`` (but the members named in ``skip``) from a free port of the harness."""
     for path, member, value in interface.signature.flatten(interface):
-        if member.flow.name == "In":
-            free = h.free(member.shape, name=prefix + "_".join(map(str, path)))
+        if member.flow.name == "In" and path[0] not in skip:
+            free = h.free(Shape.cast(member.shape), name=prefix + "_".join(map(str, path)))
             m.d.comb += value.eq(free)
 
 

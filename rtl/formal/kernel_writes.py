@@ -1,0 +1,276 @@
+"""The kernel's write-window property, compositionally: "the kernel never writes device memory
+outside the descriptor's output buffers" (docs/spec.md, errors; issue 15).
+
+Every device-memory write of the kernel starts as a request of one of three blocks and goes out
+through one of two write engines:
+
+- the :class:`~smartsage.rtl.command_sequencer.CommandSequencer`: counts (u32 fields) and the
+  result header (u64 fields) on the write combiner's last port; and the node-list slots it reserves
+  for each job (``base``, ``count``), which the lanes fill;
+- the :class:`~smartsage.rtl.edge_streamer.EdgeStreamer` of each lane: node-list appends (u32/u64
+  fields) on its combiner port, at the slots of the jobs it was given;
+- the :class:`~smartsage.rtl.feature_aggregator.FeatureAggregator`: self and sum rows through its
+  :class:`~smartsage.rtl.beat_writer.BeatWriter` (pointers from the sequencer's parameters).
+
+The engines' part (no strobed byte outside the window every request was inside) is checked by
+:mod:`.writers`. This module checks the requesters' part, on their ports:
+
+``sequencer_writes`` (the sequencer, every input free; the output buffers read from its
+``buffers`` port, the descriptor's pointers and capacities as it latched them):
+
+- every field it offers (``fields.valid``) is a u32 count inside
+  ``[counts_ptr, counts_ptr + 4 counts_capacity)`` or a u64 word inside
+  ``[result_ptr, result_ptr + 64)``, naturally aligned;
+- every job it offers has ``count >= 1`` and ``base + count <= nodes_capacity`` (its slots lie in
+  the node list);
+- the node-list pointer it hands the lanes and the prefetcher, and the node-list, self and sum
+  pointers it hands the aggregator, are the latched ones.
+
+Assumed: the buffers do not wrap around the 64-bit address space (``ptr + bytes <= 2**64``, the
+host's allocator guarantees it).
+
+Proved by k-induction (depth 2, ``smtbmc z3``; see :data:`smartsage.rtl.formal.CHECKS`), with
+invariants on the sequencer's registers reached through :func:`inner` (the properties themselves
+read its ports only). A bounded run cannot stand in: the first count is written about 40 cycles
+after ``ap_start`` (16 descriptor reads, the header reads, two RNG key latencies).
+
+Not covered (the rest of the kernel's part, each argued, not proved):
+
+- the lanes' appends: an :class:`~smartsage.rtl.edge_streamer.EdgeStreamer` writes a job's ids at
+  ``nodes_ptr + (base + i) x id size`` for ``i < count`` (the collector's address register and
+  its collects FIFO), so inside the node list given the jobs above; its harness (jobs assumed
+  inside ``[0, nodes_capacity)``) took over 5 minutes for 4 BMC steps here, too slow to reach an
+  append; a k-induction harness (collects FIFO in registers, free position samplers) did not
+  finish in 200-600 s (docs/wip/streamer_writes.py.txt);
+- the kernel's wiring (``sequencer.nodes_ptr`` / ``wide_ids`` to every lane, jobs through the
+  dispatcher unchanged: kernel.py);
+- the aggregator's row addresses (its rows lie in ``self[0..entries)`` / ``sum[0..entries)`` by
+  construction, and the sequencer checks ``entries x row bytes`` against both capacities before
+  it starts it); here only its pointers are checked to be the latched ones.
+
+``sequencer_descriptor`` ties the ``buffers`` port to memory: the harness answers the descriptor
+reads from free words at a free 8-aligned address (in request order) and asserts that whenever the
+sequencer offers a write or a job, ``buffers`` holds exactly the pointer and capacity fields of
+those words. Also k-induction (depth 2).
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Array, Assert, Assume, Cat, Const, Module, Mux, Signal
+from amaranth.hdl._ast import Assign
+from amaranth.lib import data
+
+from smartsage.spec.config import CONFIGS
+from smartsage.spec.descriptor import DESCRIPTOR_FIELDS, DESCRIPTOR_SIZE
+
+from ..command_sequencer import CommandSequencer, OutputBuffers
+from ..image_header import field_span
+from .common import Harness, Queue, drive_inputs
+
+__all__ = ["SequencerWritesHarness", "SequencerDescriptorHarness", "BROKEN_SEQUENCER_WRITES",
+           "BROKEN_SEQUENCER_DESCRIPTOR", "FORMAL_KERNEL_CONFIG", "build", "inner"]
+
+#: The build under proof: the small configuration (64-bit bus, one lane, fanout 16).
+FORMAL_KERNEL_CONFIG = CONFIGS["small"]
+#: Device addresses are 64 bits: a buffer ends at most here.
+ADDRESS_SPACE = 1 << 64
+
+
+def inner(m: Module, *names: str):
+    """The block's registers named ``names`` (for induction invariants; never for a property).
+
+    Raises
+    ------
+    LookupError
+        A name is missing or names several signals.
+    """
+    found: dict[str, list] = {name: [] for name in names}
+
+    def walk(statements):
+        for statement in statements:
+            if isinstance(statement, Assign):
+                for signal in statement.lhs._lhs_signals():
+                    if signal.name in found and all(signal is not s for s in found[signal.name]):
+                        found[signal.name].append(signal)
+            for _patterns, body, _src_loc in getattr(statement, "cases", ()):
+                walk(body)
+
+    walk(m._statements.get("sync", ()))
+    for name, signals in found.items():
+        if len(signals) != 1:
+            raise LookupError(f"{len(signals)} signals named {name!r} in the block, need one")
+    return [found[name][0] for name in names]
+
+
+def _no_wrap(ptr, size_bytes):
+    return ptr + size_bytes <= ADDRESS_SPACE
+
+
+# ---------------------------------------------------------------------------------------------- sequencer
+
+class _ObservedSequencer(CommandSequencer):
+    """Keeps a handle on the state the counting invariant names (the hop's counts range)."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        fsm = m._generated["fsm"]
+        self.state = fsm.state
+        self.state_code = fsm.encoding
+        (self.counts_base, self.frontier_index, self.frontier_size, self.counts_end,
+         self.key_wait) = inner(m, "counts_base", "frontier_index", "frontier_size", "counts_end", "key_wait")
+        return m
+
+
+class _CountsOnePast(_ObservedSequencer):
+    """Broken: the counts check lets a hop need one entry more than the capacity (the last count of
+    the hop is written one entry past the counts buffer)."""
+
+    def _fits(self, end, capacity, buffer):
+        return end <= capacity + 1 if buffer == "counts" else super()._fits(end, capacity, buffer)
+
+
+class _NodesUnchecked(_ObservedSequencer):
+    """Broken: no node-list capacity check (a job's slots may run past the node list)."""
+
+    def _fits(self, end, capacity, buffer):
+        return Const(1) if buffer == "nodes" else super()._fits(end, capacity, buffer)
+
+
+class _DescriptorSkewed(_ObservedSequencer):
+    """Broken: fetches the descriptor one word past its address (each field read from the next)."""
+
+    def elaborate(self, platform):
+        argument = self.descriptor
+        skewed = Signal(64, name="descriptor_skewed")
+        self.__dict__["descriptor"] = skewed
+        try:
+            m = super().elaborate(platform)
+        finally:
+            self.__dict__["descriptor"] = argument
+        m.d.comb += skewed.eq(argument + 8)
+        return m
+
+
+class SequencerWritesHarness(Harness):
+    def elaborate(self, platform):
+        m, steps = self.frame()
+        dut = self.instantiate(m, self.block, platform)
+        drive_inputs(self, m, dut, "in_")
+        b = dut.buffers
+        m.d.comb += [Assume(_no_wrap(b.nodes_ptr, b.nodes_capacity << 3)),
+                     Assume(_no_wrap(b.counts_ptr, b.counts_capacity << 2)),
+                     Assume(_no_wrap(b.result_ptr, 64))]
+
+        field = dut.fields.payload
+        address = field.address
+        count_inside = (~field.wide & (address[:2] == 0) & (address >= b.counts_ptr)
+                        & (address + 4 <= b.counts_ptr + (b.counts_capacity << 2)))
+        result_inside = (field.wide & (address[:3] == 0) & (address >= b.result_ptr)
+                         & (address + 8 <= b.result_ptr + 64))
+        job = dut.job.payload
+        parameters = dut.aggregate_parameters
+        m.d.comb += [
+            Assert(~dut.fields.valid | count_inside | result_inside),
+            Assert(~dut.job.valid | ((job.count != 0) & (job.base + job.count <= b.nodes_capacity))),
+            Assert(dut.nodes_ptr == b.nodes_ptr),
+            Assert((parameters.nodes_ptr == b.nodes_ptr) & (parameters.self_ptr == b.self_ptr)
+                   & (parameters.sum_ptr == b.sum_ptr)),
+        ]
+
+        # the invariant that makes the counts property inductive: during a hop its counts range
+        # [counts_base, counts_base + frontier_size) was checked, and the walk is inside it
+        in_state = {name: dut.state == code for name, code in dut.state_code.items()}
+        m.d.comb += [
+            Assert(~in_state["FRONTIER"] | ((dut.counts_base + dut.frontier_size <= b.counts_capacity)
+                                            & (dut.frontier_index <= dut.frontier_size))),
+            # counts_ptr was checked aligned before the first hop
+            Assert(~(in_state["COMMAND_KEY"] | in_state["HOP"] | in_state["FRONTIER"] | in_state["HOP_WAIT"]
+                     | in_state["HOP_DRAIN"]) | (b.counts_ptr[:6] == 0)),
+            # the result header is written only from an aligned result_ptr (checked before RESULT)
+            Assert(~in_state["RESULT"] | (b.result_ptr[:6] == 0)),
+            Assert(~in_state["HOP"] | (dut.key_wait != 0)
+                   | (dut.counts_end == dut.counts_base + dut.frontier_size)),
+        ]
+        return m
+
+
+# ---------------------------------------------------------------------------------------------- descriptor
+
+class SequencerDescriptorHarness(Harness):
+    """The ``buffers`` port against the descriptor in memory: the harness is the device memory (a
+    descriptor of free words at a free 8-aligned address, answers in request order) and asserts that
+    whenever the sequencer offers a write or a job, its buffers are the fields of those words."""
+
+    def elaborate(self, platform):
+        m, steps = self.frame()
+        dut = self.instantiate(m, self.block, platform)
+        reads = dut.descriptor_reads
+        drive_inputs(self, m, dut, "in_", skip=("descriptor", "descriptor_reads", "reads_idle"))
+        descriptor = Cat(Const(0, 3), self.constant(m, steps, 61, "descriptor_word_address"))
+        words = [self.constant(m, steps, 64, f"descriptor_word{i}") for i in range(DESCRIPTOR_SIZE // 8)]
+        m.d.comb += dut.descriptor.eq(descriptor)
+
+        # the memory: every request queued (its word index, or outside the descriptor), answered in order
+        entry = data.StructLayout({"index": range(len(words)), "inside": 1})
+        pending = Queue(m, entry, len(words), "descriptor_pending")
+        offset = Signal(64, name="request_offset")
+        m.d.comb += [
+            reads.request.ready.eq(self.free(1, "request_ready")),
+            offset.eq(reads.request.payload - descriptor),
+            pending.push.eq(reads.request.valid & reads.request.ready),
+            pending.data.index.eq(offset[3:]), pending.data.inside.eq((offset < DESCRIPTOR_SIZE) & (offset[:3] == 0)),
+            reads.response.valid.eq(self.free(1, "response_valid") & pending.any),
+            reads.response.payload.data.eq(Mux(pending.head.inside, Array(words)[pending.head.index],
+                                               self.free(64, "response_outside"))),
+            reads.response.payload.error.eq(self.free(1, "response_error")),
+            reads.response.payload.address.eq(self.free(64, "response_address")),
+            pending.pop.eq(reads.response.valid & reads.response.ready),
+            dut.reads_idle.eq(~pending.any & self.free(1, "other_reads_idle")),
+        ]
+
+        fields = Cat(words)
+        b = dut.buffers
+        m.d.comb += Assert(~(dut.fields.valid | dut.job.valid)
+                           | Cat(*(b[name] == fields[field_span(DESCRIPTOR_FIELDS, name)[0] * 8:][:64]
+                                   for name in OutputBuffers.members)).all())
+
+        # invariants: the fetch walks the words in order, each answer lands in its register
+        asked, answered, descriptor_base, result_valid = inner(
+            m.submodules.dut, "descriptor_asked", "descriptor_answered", "descriptor_base", "result_valid")
+        registers = inner(m.submodules.dut, *(f"desc_word{i}" for i in range(len(words))))
+        in_state = {name: dut.state == code for name, code in dut.state_code.items()}
+        fetching = in_state["DESCRIPTOR"]
+        m.d.comb += [
+            Assert(in_state["IDLE"] | (descriptor_base == descriptor)),
+            Assert(~result_valid | Cat(*(r == w for r, w in zip(registers, words, strict=True))).all()),
+            Assert(fetching | in_state["FINISH"] | ~pending.any),
+            Assert(in_state["IDLE"] | fetching | in_state["FINISH"] | in_state["DONE"] | result_valid),
+            Assert(~fetching | ((answered <= asked) & (asked <= len(words)) & (pending.count == asked - answered))),
+            Assert(pending.write == (pending.read + pending.count)[:len(pending.write)]),
+        ]
+        for i, (register, word) in enumerate(zip(registers, words, strict=True)):
+            m.d.comb += Assert(~(fetching & (i < answered)) | (register == word))
+        for slot, stored in enumerate(pending.entries):
+            j = Signal(range(len(words)), name=f"pending_age{slot}")
+            m.d.comb += j.eq(slot - pending.read)
+            m.d.comb += Assert(~(fetching & (j < pending.count))
+                               | ((stored.index == answered + j) & stored.inside))
+        return m
+
+
+#: Broken variants: name -> (class, the check it must fail).
+#: A broken variant of a k-induction check fails its induction step: from states where every
+#: property and invariant held, one step of the broken block breaks one (the counterexample names it).
+BROKEN_SEQUENCER_WRITES = {
+    "counts_one_past": (_CountsOnePast, "sequencer_writes"),
+    "nodes_unchecked": (_NodesUnchecked, "sequencer_writes"),
+}
+BROKEN_SEQUENCER_DESCRIPTOR = {
+    "descriptor_skewed": (_DescriptorSkewed, "sequencer_descriptor"),
+}
+
+
+def build(block: str = "sequencer_writes", broken=None, inductive_only: bool = False) -> Harness:
+    """The harness ``block`` around the sequencer of :data:`FORMAL_KERNEL_CONFIG` (or the ``broken`` class)."""
+    harness = SequencerDescriptorHarness if block == "sequencer_descriptor" else SequencerWritesHarness
+    return harness((broken or _ObservedSequencer)(FORMAL_KERNEL_CONFIG), inductive_only)

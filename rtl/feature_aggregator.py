@@ -37,6 +37,14 @@ Self units and sums are written through one :class:`~smartsage.rtl.beat_writer.B
 read and write in flight finish, then drops ``busy`` with ``error`` or ``write_error`` and the
 address. Every write lies inside ``self[0..entries)`` and ``sum[0..entries)``; the kernel checks
 their capacities before ``start``.
+
+Longer than the ~400 lines of the other blocks: the four parts are one block around shared state,
+not four blocks in a chain. The loader's two halves fill the group buffers (counts, row and
+destination registers, the samples table, the free/full flags) that the issuer reads; the issuer's
+work FIFO tells the consumer what each unit is; the consumer and the sum writer share the
+accumulator memory and the per-bank counts of unread chunks. As components, each would carry
+most of that state on its ports. The engines they drive (``BurstReader``, ``RowUnpacker``,
+``ReadStream``, ``BeatWriter``, ``Fp32Adder``, the row-address multiplier) are blocks of their own.
 """
 
 from __future__ import annotations

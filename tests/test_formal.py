@@ -55,7 +55,10 @@ def test_missing_yosys_abc_is_named(monkeypatch, tmp_path):
     from smartsage.rtl.formal import common
 
     real_which = common.shutil.which
-    monkeypatch.setattr(common.shutil, "which",
-                        lambda name, *args, **kwargs: None if name == "yosys-abc" else real_which(name, *args, **kwargs))
+
+    def which(name, *args, **kwargs):
+        return None if name == "yosys-abc" else real_which(name, *args, **kwargs)
+
+    monkeypatch.setattr(common.shutil, "which", which)
     with pytest.raises(formal.FormalToolMissing, match="yosys-abc is not installed"):
         formal.run_check(formal.CHECKS["burst_reader_bounded"], tmp_path)

@@ -99,7 +99,8 @@ def test_logic_levels_count_a_carry_chain_once():
 
 def test_utilisation_overflow_names_the_resource():
     log = ("Info: Device utilisation:\nInfo: \t          TRELLIS_IO:       4/    365     1%\n"
-           "Info: \t        TRELLIS_COMB:  101234/  83640   121%\nInfo: \t          MULT18X18D:      48/    156    30%\n")
+           "Info: \t        TRELLIS_COMB:  101234/  83640   121%\n"
+           "Info: \t          MULT18X18D:      48/    156    30%\n")
     assert synth._device_utilisation(log) == {"TRELLIS_IO": (4, 365), "TRELLIS_COMB": (101234, 83640),
                                               "MULT18X18D": (48, 156)}
     error = synth.DoesNotFit("default", {"TRELLIS_COMB": (101234, 83640)})

@@ -362,6 +362,47 @@ def timing_block(component, name: str, out_dir: str | os.PathLike, target_mhz: f
     return _timing_flow(module, ports, name, out_dir, target_mhz, seed, timeout)
 
 
+def _timing_blocks() -> dict:
+    """The kernel's blocks that :func:`timing_block` times alone, each built from a configuration."""
+    from smartsage.rtl.command_sequencer import CommandSequencer
+    from smartsage.rtl.edge_streamer import EdgeStreamer
+    from smartsage.rtl.feature_aggregator import FeatureAggregator
+    from smartsage.rtl.frontier_prefetcher import FrontierPrefetcher
+    from smartsage.rtl.position_sampler import PositionSampler
+
+    blocks = {
+        "command_sequencer": CommandSequencer,
+        "edge_streamer": EdgeStreamer,
+        "feature_aggregator": FeatureAggregator,
+        "frontier_prefetcher": FrontierPrefetcher,
+        "position_sampler": lambda config: PositionSampler(config.max_fanout),
+    }
+    assert tuple(blocks) == TIMING_BLOCKS
+    return blocks
+
+
+#: Names accepted by ``smartsage rtl synth --block``.
+TIMING_BLOCKS = ("command_sequencer", "edge_streamer", "feature_aggregator", "frontier_prefetcher",
+                 "position_sampler")
+
+
+def time_blocks(names, config: KernelConfig, out_dir: str | os.PathLike) -> list[TimingReport]:
+    """:func:`timing_block` on each named block of ``config`` (``<out_dir>/<config>-<block>/``).
+
+    Raises
+    ------
+    ValueError
+        An unknown block name (the message lists the known ones).
+    """
+    factories = _timing_blocks()
+    unknown = [n for n in names if n not in factories]
+    if unknown:
+        raise ValueError(f"Unknown block(s) {', '.join(unknown)}; known: {', '.join(factories)}")
+    out = pathlib.Path(out_dir)
+    return [dataclasses.replace(timing_block(factories[n](config), n, out / f"{config.name}-{n}"),
+                                config=f"{config.name} {n}") for n in names]
+
+
 def _device_utilisation(log: str) -> dict[str, tuple[int, int]]:
     """nextpnr's "Device utilisation" lines (``TRELLIS_COMB: 2586/ 83640 3%``) as name -> (used, available)."""
     return {m.group(1): (int(m.group(2)), int(m.group(3)))

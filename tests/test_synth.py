@@ -108,3 +108,15 @@ def test_utilisation_overflow_names_the_resource():
     table = synth.report_markdown({"lint": {}, "resources": [], "timing": [],
                                    "unfit": {"default": {"TRELLIS_COMB": (101234, 83640)}}})
     assert "| default | does not fit |" in table and "--speed 8" in table
+
+
+def test_block_timing_names_an_unknown_block_and_builds_every_known_one(tmp_path):
+    """``smartsage rtl synth --block``: each named block elaborates on its own (the scan harness the
+    proxy places); an unknown name is an error that lists the known ones."""
+    from amaranth.back import rtlil
+
+    with pytest.raises(ValueError, match="Unknown block.*nope.*known: command_sequencer"):
+        synth.time_blocks(["nope"], CONFIG, tmp_path)
+    for name, factory in synth._timing_blocks().items():
+        module, ports = synth.scan_harness(factory(CONFIG))
+        assert "chain_in" in rtlil.convert(module, ports=ports), name

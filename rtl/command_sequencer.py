@@ -142,7 +142,12 @@ class CommandSequencer(KernelBlock):
         })
 
     def _fits(self, end, capacity, buffer: str):
-        """The capacity checks: entries up to ``end`` fit the ``buffer`` ("counts", "nodes")."""
+        """The capacity checks: entries up to ``end`` fit the ``buffer`` ("counts": ``end`` the hop's
+        last count entry, ``capacity`` the buffer's; "nodes": ``end`` the node's sample count,
+        ``capacity`` the room left in the node list, compared without a 64-bit carry chain)."""
+        if buffer == "nodes":
+            width = len(end)
+            return (capacity[width:] != 0) | (end <= capacity[:width])
         return end <= capacity
 
     def elaborate(self, platform):
@@ -231,6 +236,8 @@ class CommandSequencer(KernelBlock):
         frontier_size = Signal(64)
         counts_base = Signal(64)
         written = Signal(64)
+        nodes_room = Signal(64)     # nodes_capacity - written (from the descriptor check on)
+        count_address = Signal(64)  # counts_ptr + (counts_base + frontier_index) x 4, during a hop
         prefetching = Signal()
         fanout = Signal(16)
         result_index = Signal(range(RESULT_HEADER_SIZE // 8))
@@ -392,8 +399,8 @@ class CommandSequencer(KernelBlock):
                     m.d.sync += [
                         indptr_base.eq(image_base + image("indptr")),
                         indices_base.eq(image_base + image("indices")),
-                        written.eq(num_targets), frontier_size.eq(num_targets), counts_base.eq(0),
-                        hop.eq(0),
+                        written.eq(num_targets), nodes_room.eq(nodes_capacity - num_targets),
+                        frontier_size.eq(num_targets), counts_base.eq(0), hop.eq(0),
                     ]
                     m.next = "COMMAND_KEY"
             with m.State("COMMAND_KEY"):
@@ -414,8 +421,8 @@ class CommandSequencer(KernelBlock):
                     fail(Status.COUNTS_CAPACITY, hop_value=hop, value=counts_end)
                 with m.Else():
                     m.d.sync += [hop_key.eq(hop_mixed),
-                                 frontier_index.eq(0), fanout.eq(fanouts[hop]),
-                                 prefetching.eq(1)]
+                                 frontier_index.eq(0), count_address.eq(counts_ptr + (counts_base << 2)),
+                                 fanout.eq(fanouts[hop]), prefetching.eq(1)]
                     m.d.comb += self.restart_prefetch.eq(1)
                     m.next = "FRONTIER"
             with m.State("HOP_WAIT"):  # the edge streamer finishes the hop's last jobs
@@ -440,9 +447,12 @@ class CommandSequencer(KernelBlock):
                 job_in = self.job.payload
                 node_degree = Signal(64)
                 count = Signal(range(cfg.max_fanout + 1))
+                # the degree comes with the pair (subtracted as it was queued); min(d, k) without a
+                # 64-bit carry chain (k has 16 bits)
+                below_fanout = (node_degree[16:] == 0) & (node_degree[:16] < fanout)
                 m.d.comb += [
-                    node_degree.eq(pair.end - pair.start),
-                    count.eq(Mux(node_degree < fanout, node_degree, fanout)),
+                    node_degree.eq(pair.degree),
+                    count.eq(Mux(below_fanout, node_degree[:16], fanout)),
                     job_in.key.eq(entry.key), job_in.degree.eq(node_degree[:32]), job_in.count.eq(count),
                     job_in.edge_start.eq(pair.start), job_in.base.eq(written),
                 ]
@@ -458,7 +468,7 @@ class CommandSequencer(KernelBlock):
                     with m.Elif(self.pairs.valid):
                         with m.If(pair.error):
                             fail(Status.STORAGE_ERROR, value=pair.address)
-                        with m.Elif(~self._fits(written + count, nodes_capacity, "nodes")):
+                        with m.Elif(~self._fits(count, nodes_room, "nodes")):
                             fail(Status.NODES_CAPACITY, hop_value=hop, index_value=frontier_index,
                                  value=written + count)
                         with m.Else():
@@ -469,12 +479,14 @@ class CommandSequencer(KernelBlock):
                             m.d.comb += self.job.valid.eq(fields_out.ready & (count != 0))
                             m.d.comb += [
                                 fields_out.valid.eq(dispatchable),
-                                fields_out.payload.address.eq(counts_ptr + (counts_base + frontier_index) * 4),
+                                fields_out.payload.address.eq(count_address),
                                 fields_out.payload.data.eq(count), fields_out.payload.wide.eq(0),
                             ]
                             with m.If(dispatchable & fields_out.ready):
                                 m.d.comb += [self.nodes.ready.eq(1), self.pairs.ready.eq(1)]
-                                m.d.sync += [written.eq(written + count), frontier_index.eq(frontier_index + 1)]
+                                m.d.sync += [written.eq(written + count), nodes_room.eq(nodes_room - count),
+                                             frontier_index.eq(frontier_index + 1),
+                                             count_address.eq(count_address + 4)]
                 abort_on_streamer_error()
 
             # ---- AGGREGATE (section 5 step 5, then section 4): room for the self rows and the sums

@@ -30,8 +30,9 @@ __all__ = ["FrontierPrefetcher", "FrontierNode", "IndptrPair", "nodes_ahead"]
 #: A checked frontier entry: the id, whether it is below N, whether its read failed (at
 #: ``address``), and its RNG key H_v.
 FrontierNode = data.StructLayout({"node": 64, "in_range": 1, "error": 1, "address": 64, "key": 32})
-#: indptr[v] and indptr[v+1] of an in-range id; ``error``: one of their reads failed (at ``address``).
-IndptrPair = data.StructLayout({"start": 64, "end": 64, "error": 1, "address": 64})
+#: indptr[v] and indptr[v+1] of an in-range id and their difference, the degree; ``error``: one of
+#: their reads failed (at ``address``).
+IndptrPair = data.StructLayout({"start": 64, "end": 64, "degree": 64, "error": 1, "address": 64})
 
 
 def nodes_ahead(config: KernelConfig) -> int:
@@ -200,6 +201,7 @@ class FrontierPrefetcher(KernelBlock):
         m.d.comb += [indptr_pairs.w_data.eq(pair_in),
                      pair_in.start.eq(Mux(whole, answer.data, first_half.data)),
                      pair_in.end.eq(Mux(whole, next_word, answer.data)),
+                     pair_in.degree.eq(pair_in.end - pair_in.start),
                      pair_in.error.eq(Mux(whole, answer.error, first_half.error | answer.error)),
                      pair_in.address.eq(Mux(~whole & first_half.error, first_half.address, answer.address))]
         with m.If(prefetching):

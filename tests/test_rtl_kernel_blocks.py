@@ -374,6 +374,7 @@ def test_frontier_prefetcher_checks_ids_keys_and_indptr_pairs(config_name, wide,
                     if node.in_range:
                         pair = ctx.get(prefetcher.pairs.payload)
                         pairs.append((pair.start, pair.end, pair.error))
+                        assert pair.error or pair.degree == pair.end - pair.start
             ctx.set(prefetcher.nodes.ready, take)
             ctx.set(prefetcher.pairs.ready, take and bool(ctx.get(prefetcher.nodes.payload).in_range))
             await ctx.tick()
@@ -518,8 +519,8 @@ def _run_sequencer(descriptor: bytes, header: dict[int, int], frontier_degrees, 
             if ctx.get(dut.prefetch) and taken < len(frontier_degrees):
                 v = taken
                 ctx.set(dut.nodes.payload, {"node": v, "in_range": 1, "error": 0, "address": 0, "key": 1000 + v})
-                ctx.set(dut.pairs.payload, {"start": 10 * v, "end": 10 * v + frontier_degrees[v], "error": 0,
-                                            "address": 0})
+                ctx.set(dut.pairs.payload, {"start": 10 * v, "end": 10 * v + frontier_degrees[v],
+                                            "degree": frontier_degrees[v], "error": 0, "address": 0})
                 ctx.set(dut.nodes.valid, 1)
                 ctx.set(dut.pairs.valid, 1)
             else:

@@ -116,8 +116,10 @@ class _ObservedSequencer(CommandSequencer):
         fsm = m._generated["fsm"]
         self.state = fsm.state
         self.state_code = fsm.encoding
-        (self.counts_base, self.frontier_index, self.frontier_size, self.counts_end,
-         self.key_wait) = inner(m, "counts_base", "frontier_index", "frontier_size", "counts_end", "key_wait")
+        (self.counts_base, self.frontier_index, self.frontier_size, self.counts_end, self.key_wait, self.written,
+         self.nodes_room, self.count_address) = inner(m, "counts_base", "frontier_index", "frontier_size",
+                                                      "counts_end", "key_wait", "written", "nodes_room",
+                                                      "count_address")
         return m
 
 
@@ -183,9 +185,17 @@ class SequencerWritesHarness(Harness):
         m.d.comb += [
             Assert(~in_state["FRONTIER"] | ((dut.counts_base + dut.frontier_size <= b.counts_capacity)
                                             & (dut.frontier_index <= dut.frontier_size))),
+            # the count's address is stepped, not computed: it is the walk's entry
+            Assert(~in_state["FRONTIER"]
+                   | (dut.count_address == (b.counts_ptr + ((dut.counts_base + dut.frontier_index) << 2))[:64])),
             # counts_ptr was checked aligned before the first hop
             Assert(~(in_state["COMMAND_KEY"] | in_state["HOP"] | in_state["FRONTIER"] | in_state["HOP_WAIT"]
                      | in_state["HOP_DRAIN"]) | (b.counts_ptr[:6] == 0)),
+            # the node list's room is what the written entries leave (checked against the
+            # capacity before the first hop, stepped with every node)
+            Assert(~(in_state["COMMAND_KEY"] | in_state["HOP"] | in_state["FRONTIER"] | in_state["HOP_WAIT"]
+                     | in_state["HOP_DRAIN"])
+                   | (dut.written + dut.nodes_room == b.nodes_capacity)),
             # the result header is written only from an aligned result_ptr (checked before RESULT)
             Assert(~in_state["RESULT"] | (b.result_ptr[:6] == 0)),
             Assert(~in_state["HOP"] | (dut.key_wait != 0)

@@ -27,7 +27,7 @@ from amaranth.back import verilog
 from amaranth.hdl import Cat, ClockDomain, Module, Signal, Value
 
 from smartsage.rtl.kernel_xml import VITIS_TOP_NAME, VitisKernel, kernel_xml, vitis_port_names, vitis_verilog
-from smartsage.rtl.rng import RegisteredMultipliers
+from smartsage.rtl.multiply import RegisteredMultipliers
 from smartsage.spec.config import KernelConfig, get_config
 
 __all__ = [

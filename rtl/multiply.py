@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from amaranth.hdl import ClockSignal, Instance, Module, Signal, Value
 
-__all__ = ["RegisteredMultipliers", "product16", "multiply_add_low", "multiply_add_latency"]
+__all__ = ["RegisteredMultipliers", "registered", "product16", "multiply_add_low", "multiply_add_latency"]
 
 
 class RegisteredMultipliers:
@@ -31,7 +31,8 @@ class RegisteredMultipliers:
         self.family = family
 
 
-def _register(m, value, enable, name):
+def registered(m: Module, value: Value, enable: Value, name: str) -> Signal:
+    """``value`` in a register named ``name`` that loads when ``enable`` is high (a pipeline stage)."""
     reg = Signal(len(value), name=name)
     with m.If(enable):
         m.d.sync += reg.eq(value)
@@ -59,9 +60,9 @@ def product16(m: Module, a: Value, b: Value, enable: Value, name: str, platform)
             i_CLK0=ClockSignal("sync"), i_CE0=enable, i_RST0=0, i_SIGNEDA=0, i_SIGNEDB=0, i_SOURCEA=0,
             i_SOURCEB=0, **ports)
         return product[:32]
-    ra = _register(m, a, enable, f"{name}_a")
-    rb = _register(m, b, enable, f"{name}_b")
-    return _register(m, (ra * rb)[:32], enable, f"{name}_p")
+    ra = registered(m, a, enable, f"{name}_a")
+    rb = registered(m, b, enable, f"{name}_b")
+    return registered(m, (ra * rb)[:32], enable, f"{name}_p")
 
 
 def _digits(value: Value) -> list[Value]:
@@ -93,14 +94,14 @@ def multiply_add_low(m: Module, a: Value, b: Value, c: Value, width: int, enable
             if shift < width:
                 product = product16(m, ai, bj, enable, f"{name}_p{i}{j}", platform)
                 terms.append((product << shift)[:width])
-    addend = _register(m, c[:width], enable, f"{name}_c0")
-    terms.append(_register(m, addend, enable, f"{name}_c1"))
+    addend = registered(m, c[:width], enable, f"{name}_c0")
+    terms.append(registered(m, addend, enable, f"{name}_c1"))
     level = 0
     while len(terms) > 1:
-        summed = [_register(m, (terms[k] + terms[k + 1])[:width], enable, f"{name}_s{level}_{k // 2}")
+        summed = [registered(m, (terms[k] + terms[k + 1])[:width], enable, f"{name}_s{level}_{k // 2}")
                   for k in range(0, len(terms) - 1, 2)]
         if len(terms) % 2:
-            summed.append(_register(m, terms[-1], enable, f"{name}_s{level}_pass"))
+            summed.append(registered(m, terms[-1], enable, f"{name}_s{level}_pass"))
         terms, level = summed, level + 1
     assert 2 + level == multiply_add_latency(len(a), len(b), width), (len(a), len(b), width, level)
     return terms[0]

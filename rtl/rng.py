@@ -18,10 +18,10 @@ from amaranth.lib.wiring import In, Out
 
 from smartsage.spec import rng as spec_rng
 
-from .multiply import RegisteredMultipliers, product16
+from .multiply import product16, registered
 
 __all__ = ["mix32", "mix32_pipelined", "multiply_pipelined", "csd_digits", "MIX32_LATENCY", "MULTIPLY_LATENCY",
-           "RegisteredMultipliers", "RejectionThreshold"]  # RegisteredMultipliers: from .multiply
+           "RejectionThreshold"]
 
 #: Register stages of :func:`mix32_pipelined`: four adder levels per constant multiplication.
 MIX32_LATENCY = 8
@@ -37,13 +37,6 @@ def mix32(x: Value) -> Value:
     x = x ^ (x >> 15)
     x = (x * spec_rng.MIX_MUL2)[:32]
     return x ^ (x >> 16)
-
-
-def _register(m, value, enable, name):
-    reg = Signal(len(value), name=name)
-    with m.If(enable):
-        m.d.sync += reg.eq(value)
-    return reg
 
 
 def csd_digits(constant: int, width: int = 32) -> list[tuple[int, int]]:
@@ -81,9 +74,9 @@ def _constant_product_low(m, a, constant, enable, name, post=None):
             value = (v1 + v2 if s1 == s2 else v1 - v2)[:32]
             if last and post is not None:
                 value = post(value)
-            pairs.append((s1, _register(m, value, enable, f"{name}_l{level}_{i // 2}")))
+            pairs.append((s1, registered(m, value, enable, f"{name}_l{level}_{i // 2}")))
         if len(nodes) % 2:
-            pairs.append((nodes[-1][0], _register(m, nodes[-1][1], enable, f"{name}_l{level}_pass")))
+            pairs.append((nodes[-1][0], registered(m, nodes[-1][1], enable, f"{name}_l{level}_pass")))
         nodes, level = pairs, level + 1
     assert nodes[0][0] == 1 and level == MIX32_LATENCY // 2, (constant, level)
     return nodes[0][1]
@@ -111,9 +104,9 @@ def multiply_pipelined(m: Module, a: Value, b: Value, enable: Value, name: str =
     lh = product16(m, a[:16], b[16:32], enable, f"{name}_lh", platform)
     hl = product16(m, a[16:32], b[:16], enable, f"{name}_hl", platform)
     hh = product16(m, a[16:32], b[16:32], enable, f"{name}_hh", platform)
-    middle = _register(m, lh + hl, enable, f"{name}_mid")
-    outer = _register(m, Cat(ll, hh), enable, f"{name}_outer")
-    return _register(m, (outer + (middle << 16))[:64], enable, f"{name}_out")
+    middle = registered(m, lh + hl, enable, f"{name}_mid")
+    outer = registered(m, Cat(ll, hh), enable, f"{name}_outer")
+    return registered(m, (outer + (middle << 16))[:64], enable, f"{name}_out")
 
 
 class RejectionThreshold(wiring.Component):

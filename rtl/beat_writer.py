@@ -30,12 +30,13 @@ class BeatWriter(wiring.Component):
 
     A piece is shifted to its place in the beat(s) it covers and merged into a holding beat; a beat
     is written when a piece fills it up to its last byte, when the next piece belongs to another
-    beat, or when a piece with ``flush`` ends there. Only the pieces' bytes are strobed, so nothing
-    outside them is written. One piece per cycle. Consecutive beats are gathered into INCR bursts
-    (up to :data:`WRITE_BURST_BEATS`, never across 4 KiB; a burst closes when the next beat is not
-    its successor or on a cycle without a beat): its beats wait in a FIFO, then AW and W go out,
-    up to ``outstanding`` bursts in flight; the first error response latches ``error`` and the
-    burst's first strobed byte's address.
+    beat, or when a piece with ``flush`` ends there; a written beat waits in a two-entry buffer (one
+    cycle), so the piece's handshake and the burst gathering are separate paths. Only the pieces'
+    bytes are strobed, so nothing outside them is written. One piece per cycle. Consecutive beats
+    are gathered into INCR bursts (up to :data:`WRITE_BURST_BEATS`, never across 4 KiB; a burst
+    closes when the next beat is not its successor or on a cycle without a beat): its beats wait in
+    a FIFO, then AW and W go out, up to ``outstanding`` bursts in flight; the first error response
+    latches ``error`` and the burst's first strobed byte's address.
 
     Parameters
     ----------
@@ -93,37 +94,48 @@ class BeatWriter(wiring.Component):
         hold_data = Signal(width)
         hold_strobe = Signal(data_bytes)
 
-        # a beat leaves the merger (want: it has one; emitted: it goes) and joins the open burst if it
-        # is the next beat of it in the same 4 KiB page, else the open burst is closed first; a burst
-        # is also closed at WRITE_BURST_BEATS beats and on a cycle without a beat
+        # a merged beat waits in ``merged`` (two entries: its ``w_rdy`` is a register, so the piece's
+        # handshake does not run through the burst logic below); from there it joins the open burst if
+        # it is the next beat of it (``run_next``, a register) in the same 4 KiB page, else the open
+        # burst is closed first; a burst is also closed at WRITE_BURST_BEATS beats and on a cycle
+        # without a beat
+        beat_layout = data.StructLayout({"address": ADDRESS_WIDTH, "data": width, "strobe": data_bytes,
+                                         "first_byte": range(data_bytes)})
+        m.submodules.merged = merged = SyncFIFO(width=beat_layout.size, depth=2)
         want = Signal()
         emit_address = Signal(ADDRESS_WIDTH)
         emit_data = Signal(width)
         emit_strobe = Signal(data_bytes)
-        run_open = Signal()
-        run = Signal(burst_layout)
-        continues = Signal()
-        m.d.comb += continues.eq(run_open & (emit_address == run.address + (run.beats << size_log2))
-                                 & (emit_address[:12] != 0) & (run.beats < WRITE_BURST_BEATS))
-        closing = Signal()
-        m.d.comb += closing.eq(run_open & (~want | ~continues))
-        can_emit = beats.w_rdy & (~closing | (bursts.w_rdy & lengths.w_rdy))
-        emitted = want & can_emit
         first_byte = Signal(range(data_bytes))   # a burst is named by its first strobed byte
         for i in reversed(range(data_bytes)):
             with m.If(emit_strobe[i]):
                 m.d.comb += first_byte.eq(i)
-        m.d.comb += [beats.w_data.eq(Cat(emit_data, emit_strobe)), beats.w_en.eq(emitted),
+        can_emit = merged.w_rdy
+        m.d.comb += [merged.w_data.eq(Cat(emit_address, emit_data, emit_strobe, first_byte)),
+                     merged.w_en.eq(want)]
+
+        beat = beat_layout(merged.r_data)
+        run_open = Signal()
+        run = Signal(burst_layout)
+        run_next = Signal(ADDRESS_WIDTH)   # run.address + run.beats x data_bytes
+        continues = Signal()
+        m.d.comb += continues.eq(run_open & (beat.address == run_next) & (beat.address[:12] != 0)
+                                 & (run.beats < WRITE_BURST_BEATS))
+        closing = Signal()
+        m.d.comb += closing.eq(run_open & (~merged.r_rdy | ~continues))
+        joined = merged.r_rdy & beats.w_rdy & (~closing | (bursts.w_rdy & lengths.w_rdy))
+        m.d.comb += [beats.w_data.eq(Cat(beat.data, beat.strobe)), beats.w_en.eq(joined), merged.r_en.eq(joined),
                      bursts.w_data.eq(run), lengths.w_data.eq(run.beats - 1)]
         with m.If(closing & bursts.w_rdy & lengths.w_rdy):
             m.d.comb += [bursts.w_en.eq(1), lengths.w_en.eq(1)]
             m.d.sync += run_open.eq(0)
-        with m.If(emitted):
+        with m.If(joined):
+            m.d.sync += run_next.eq(beat.address + data_bytes)
             with m.If(continues):
                 m.d.sync += run.beats.eq(run.beats + 1)
             with m.Else():
-                m.d.sync += [run_open.eq(1), run.address.eq(emit_address), run.first.eq(emit_address | first_byte),
-                             run.beats.eq(1)]
+                m.d.sync += [run_open.eq(1), run.address.eq(beat.address),
+                             run.first.eq(beat.address | beat.first_byte), run.beats.eq(1)]
 
         def emit(address, value, strobe):
             m.d.comb += [want.eq(1), emit_address.eq(address), emit_data.eq(value), emit_strobe.eq(strobe)]
@@ -191,7 +203,8 @@ class BeatWriter(wiring.Component):
         m.d.comb += [
             bus.bready.eq(in_flight.r_rdy),
             in_flight.r_en.eq(bus.bvalid & bus.bready),
-            self.idle.eq(~in_flight.r_rdy & ~hold_valid & ~run_open & ~bursts.r_rdy & ~beats.r_rdy),
+            self.idle.eq(~in_flight.r_rdy & ~hold_valid & ~merged.r_rdy & ~run_open & ~bursts.r_rdy
+                         & ~beats.r_rdy),
         ]
         with m.If(bus.bvalid & bus.bready & (bus.bresp != RESP_OKAY) & ~self.error):
             m.d.sync += [self.error.eq(1), self.error_address.eq(in_flight.r_data)]

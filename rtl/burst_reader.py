@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
@@ -90,23 +90,29 @@ class BurstReader(wiring.Component):
                                   "length": LENGTH_WIDTH})
         m.submodules.in_flight = in_flight = SyncFIFO(width=meta.size, depth=self.outstanding)
 
-        # the request being split: the next byte to read and the end
+        # the request being split: the next byte to read and its last byte
         active = Signal()
         cursor = Signal(ADDRESS_WIDTH)
-        end = Signal(ADDRESS_WIDTH + 1)
+        last_byte = Signal(ADDRESS_WIDTH + 1)
         offset = Signal(offset_bits)
         length = Signal(LENGTH_WIDTH)
 
-        # the burst from cursor: to the request's end, the 4 KiB boundary or 256 beats, whichever first
+        # the burst from cursor: to the request's last byte, the 4 KiB boundary or 256 beats, whichever
+        # first. Both cursor and last byte are registers, so whether the request ends in this burst is
+        # an equality of their burst-aligned halves and the beat count a difference of their low bits
+        # (no carry chain runs through the request handshake)
+        burst_log2 = burst_bytes.bit_length() - 1
         beat_address = Signal(ADDRESS_WIDTH)
-        boundary = Signal(ADDRESS_WIDTH + 1)
-        stop = Signal(ADDRESS_WIDTH + 1)
+        boundary = Signal(ADDRESS_WIDTH)
+        ends_here = Signal()
         beats = Signal(9)
+        first_beat = cursor[size_log2:burst_log2]
         m.d.comb += [
             beat_address.eq(cursor & ~(data_bytes - 1)),
-            boundary.eq((cursor | (burst_bytes - 1)) + 1),
-            stop.eq(Mux(end < boundary, end, boundary)),
-            beats.eq(((stop - beat_address + data_bytes - 1) >> size_log2)[:9]),
+            boundary.eq(Cat(Const(0, burst_log2), cursor[burst_log2:] + 1)),
+            ends_here.eq(last_byte[burst_log2:] == cursor[burst_log2:]),
+            beats.eq(Mux(ends_here, last_byte[size_log2:burst_log2] - first_beat + 1,
+                         (burst_bytes >> size_log2) - first_beat)),
         ]
         # the burst is presented from registers, so ARADDR/ARLEN hold while ARVALID waits
         presented = Signal()
@@ -128,14 +134,15 @@ class BurstReader(wiring.Component):
             m.d.sync += presented.eq(0)
         with m.If(active & can_present):
             m.d.sync += [presented.eq(1), araddr.eq(beat_address), arlen.eq(beats - 1),
-                         entry.beats.eq(beats), entry.last.eq(stop == end), entry.address.eq(beat_address),
-                         entry.offset.eq(offset), entry.length.eq(length), cursor.eq(stop)]
-            with m.If(stop == end):
+                         entry.beats.eq(beats), entry.last.eq(ends_here), entry.address.eq(beat_address),
+                         entry.offset.eq(offset), entry.length.eq(length), cursor.eq(boundary)]
+            with m.If(ends_here):
                 m.d.sync += active.eq(0)
-        m.d.comb += self.request.ready.eq(~active | (can_present & (stop == end)))
+        m.d.comb += self.request.ready.eq(~active | (can_present & ends_here))
         with m.If(self.request.valid & self.request.ready):
             request = self.request.payload
-            m.d.sync += [active.eq(1), cursor.eq(request.address), end.eq(request.address + request.length),
+            m.d.sync += [active.eq(1), cursor.eq(request.address),
+                         last_byte.eq(request.address + request.length - 1),
                          offset.eq(request.address[:offset_bits]), length.eq(request.length)]
 
         # answers: the head burst labels its beats

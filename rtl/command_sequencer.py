@@ -330,6 +330,19 @@ class CommandSequencer(KernelBlock):
 
         m.d.comb += [getattr(self.buffers, name).eq(desc(name)) for name in OutputBuffers.members]
 
+        # the FRONTIER state's job, from the heads of the prefetcher's queues (outside the state
+        # machine: no state decoding in front of the count). The degree and the sample count
+        # min(d, k) come with the pair (worked out as it was queued)
+        entry = self.nodes.payload
+        pair = self.pairs.payload
+        job_in = self.job.payload
+        count = Signal(range(cfg.max_fanout + 1))
+        m.d.comb += [
+            count.eq(pair.count),
+            job_in.key.eq(entry.key), job_in.degree.eq(pair.degree[:32]), job_in.count.eq(count),
+            job_in.edge_start.eq(pair.start), job_in.base.eq(written),
+        ]
+
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += self.idle.eq(1)
@@ -441,21 +454,8 @@ class CommandSequencer(KernelBlock):
 
             with m.State("FRONTIER"):
                 # one node per cycle, in frontier order: range check, degree, room in the node list,
-                # then the node is handed to the edge streamer with its place reserved
-                entry = self.nodes.payload
-                pair = self.pairs.payload
-                job_in = self.job.payload
-                node_degree = Signal(64)
-                count = Signal(range(cfg.max_fanout + 1))
-                # the degree comes with the pair (subtracted as it was queued); min(d, k) without a
-                # 64-bit carry chain (k has 16 bits)
-                below_fanout = (node_degree[16:] == 0) & (node_degree[:16] < fanout)
-                m.d.comb += [
-                    node_degree.eq(pair.degree),
-                    count.eq(Mux(below_fanout, node_degree[:16], fanout)),
-                    job_in.key.eq(entry.key), job_in.degree.eq(node_degree[:32]), job_in.count.eq(count),
-                    job_in.edge_start.eq(pair.start), job_in.base.eq(written),
-                ]
+                # then the node is handed to the edge streamer with its place reserved (the job and
+                # its count are formed from the heads of the queues, before the state machine)
                 with m.If(frontier_index == frontier_size):
                     m.d.sync += prefetching.eq(0)
                     m.next = "HOP_WAIT"

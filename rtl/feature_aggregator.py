@@ -168,12 +168,16 @@ class FeatureAggregator(wiring.Component):
         m.submodules.beats_buffer = beats_buffer = StreamBuffer(beat_layout(width))
         m.submodules.units_buffer = units_buffer = StreamBuffer(unit_layout(width))
         m.submodules.pieces_buffer = pieces_buffer = StreamBuffer(writer.piece.payload.shape())
+        # and between the issuer and the reader's requests (the reader's ready comes from its cursor)
+        m.submodules.requests_buffer = requests_buffer = StreamBuffer(rows.request.payload.shape())
+        wiring.connect(m, requests_buffer.o, rows.request)
+        row_request = requests_buffer.i
         wiring.connect(m, rows.response, beats_buffer.i)
         wiring.connect(m, beats_buffer.o, unpacker.beats)
         wiring.connect(m, unpacker.units, units_buffer.i)
         wiring.connect(m, pieces_buffer.o, writer.piece)
         units = units_buffer.o
-        buffers_idle = beats_buffer.idle & units_buffer.idle & pieces_buffer.idle
+        buffers_idle = beats_buffer.idle & units_buffer.idle & pieces_buffer.idle & requests_buffer.idle
         wiring.connect(m, wiring.flipped(self.storage), rows.bus)
         for port in (ids.bus, writer.bus):
             for name, member in port.signature.members.items():
@@ -394,8 +398,8 @@ class FeatureAggregator(wiring.Component):
         chunk_fresh = Signal()
         first_of_chunk = chunk_fresh
         m.d.comb += [
-            rows.request.payload.address.eq(row + chunk_offset),
-            rows.request.payload.length.eq(chunk_bytes),
+            row_request.payload.address.eq(row + chunk_offset),
+            row_request.payload.length.eq(chunk_bytes),
             work_in.self.eq(issue_self), work_in.slot.eq(issue_e), work_in.load.eq(issue_j == 0),
             work_in.bank.eq(issue_bank), work_in.dest.eq(self_dests[issue_group][issue_e] + chunk_offset),
             work_in.bytes.eq(chunk_bytes), work_in.chunk_last.eq(chunk_last),
@@ -405,8 +409,8 @@ class FeatureAggregator(wiring.Component):
         issuing = Signal()
         fire = Signal()
         m.d.comb += [
-            rows.request.valid.eq(issuing & ~draining & work.w_rdy & (~first_of_chunk | chunks.w_rdy)),
-            fire.eq(rows.request.valid & rows.request.ready),
+            row_request.valid.eq(issuing & ~draining & work.w_rdy & (~first_of_chunk | chunks.w_rdy)),
+            fire.eq(row_request.valid & row_request.ready),
             work.w_en.eq(fire),
             chunks.w_en.eq(fire & first_of_chunk),
         ]

@@ -30,9 +30,9 @@ __all__ = ["FrontierPrefetcher", "FrontierNode", "IndptrPair", "nodes_ahead"]
 #: A checked frontier entry: the id, whether it is below N, whether its read failed (at
 #: ``address``), and its RNG key H_v.
 FrontierNode = data.StructLayout({"node": 64, "in_range": 1, "error": 1, "address": 64, "key": 32})
-#: indptr[v] and indptr[v+1] of an in-range id and their difference, the degree; ``error``: one of
-#: their reads failed (at ``address``).
-IndptrPair = data.StructLayout({"start": 64, "end": 64, "degree": 64, "error": 1, "address": 64})
+#: indptr[v] and indptr[v+1] of an in-range id, their difference (the degree) and the node's sample
+#: count min(degree, k) for the hop's fanout k; ``error``: one of their reads failed (at ``address``).
+IndptrPair = data.StructLayout({"start": 64, "end": 64, "degree": 64, "count": 16, "error": 1, "address": 64})
 
 
 def nodes_ahead(config: KernelConfig) -> int:
@@ -70,6 +70,8 @@ class FrontierPrefetcher(KernelBlock):
         |F_h|, the node list's device address, N, and the indptr section's storage address.
     wide_ids : ``In(1)``
     hop_key : ``In(32)``
+    fanout : ``In(16)``
+        The hop's fanout k (for the pairs' sample counts; set before ``restart``).
     clear : ``In(1)``
         Empty the FIFOs (a command's start and end).
     abandon : ``In(1)``
@@ -85,7 +87,7 @@ class FrontierPrefetcher(KernelBlock):
             "pairs": Out(stream.Signature(IndptrPair)),
             "active": In(1), "restart": In(1),
             "frontier_size": In(64), "nodes_ptr": In(ADDRESS_WIDTH), "num_nodes": In(64),
-            "indptr_base": In(ADDRESS_WIDTH), "wide_ids": In(1), "hop_key": In(32),
+            "indptr_base": In(ADDRESS_WIDTH), "wide_ids": In(1), "hop_key": In(32), "fanout": In(16),
             "clear": In(1), "abandon": In(1),
         })
 
@@ -187,19 +189,22 @@ class FrontierPrefetcher(KernelBlock):
                              prefetch_node.eq(arriving_id)]
         with m.If(job_reset | finishing):
             m.d.sync += [s1_valid.eq(0), s1_second.eq(0)]
-        # indptr answers pair up (start, end) into the reserved FIFO space: both from one beat, or
-        # from two answers
+        # indptr answers pair up (start, end) and go, one cycle later with the degree and the sample
+        # count min(degree, k) worked out in between (two short paths, not one), into the reserved
+        # FIFO space: both from one beat, or from two answers
         first_half = Signal(StreamWord)
         have_half = Signal()
         pair_in = Signal(IndptrPair)
+        pair_stage = Signal(IndptrPair)     # the pair being queued, its degree subtracted
+        pair_staged = Signal()
         answer = port_a.response.payload
         if data_bytes > 8:
             next_word = port_a.beat.word_select(answer.address[3:data_bytes.bit_length() - 1] + 1, 64)
         else:
             next_word = answer.data
         whole = port_a.answer_tag
-        m.d.comb += [indptr_pairs.w_data.eq(pair_in),
-                     pair_in.start.eq(Mux(whole, answer.data, first_half.data)),
+        paired = Signal()
+        m.d.comb += [pair_in.start.eq(Mux(whole, answer.data, first_half.data)),
                      pair_in.end.eq(Mux(whole, next_word, answer.data)),
                      pair_in.degree.eq(pair_in.end - pair_in.start),
                      pair_in.error.eq(Mux(whole, answer.error, first_half.error | answer.error)),
@@ -207,15 +212,22 @@ class FrontierPrefetcher(KernelBlock):
         with m.If(prefetching):
             m.d.comb += port_a.response.ready.eq(1)
             with m.If(port_a.response.valid & whole):
-                m.d.comb += indptr_pairs.w_en.eq(1)
+                m.d.comb += paired.eq(1)
             with m.Elif(port_a.response.valid):
                 m.d.sync += have_half.eq(~have_half)
                 with m.If(have_half):
-                    m.d.comb += indptr_pairs.w_en.eq(1)
+                    m.d.comb += paired.eq(1)
                 with m.Else():
                     m.d.sync += first_half.eq(port_a.response.payload)
+        m.d.sync += [pair_staged.eq(paired), pair_stage.eq(pair_in)]
         with m.If(job_reset):
-            m.d.sync += have_half.eq(0)
+            m.d.sync += [have_half.eq(0), pair_staged.eq(0)]
+        # min(d, k) without a 64-bit carry chain (k has 16 bits)
+        degree = pair_stage.degree
+        below_fanout = (degree[16:] == 0) & (degree[:16] < self.fanout)
+        pair_queued = Signal(IndptrPair)
+        m.d.comb += [pair_queued.eq(pair_stage), pair_queued.count.eq(Mux(below_fanout, degree[:16], self.fanout)),
+                     indptr_pairs.w_data.eq(pair_queued), indptr_pairs.w_en.eq(pair_staged)]
 
         # the checked nodes with their keys, and the pairs, to the sequencer
         entry = node_ahead_layout(nodes_ahead_fifo.r_data)

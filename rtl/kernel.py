@@ -196,6 +196,7 @@ class SamplerKernel(wiring.Component):
             prefetcher.frontier_size.eq(sequencer.frontier_size), prefetcher.nodes_ptr.eq(sequencer.nodes_ptr),
             prefetcher.num_nodes.eq(sequencer.num_nodes), prefetcher.indptr_base.eq(sequencer.indptr_base),
             prefetcher.wide_ids.eq(sequencer.wide_ids), prefetcher.hop_key.eq(sequencer.hop_key),
+            prefetcher.fanout.eq(sequencer.fanout),
             prefetcher.clear.eq(sequencer.clear_jobs), prefetcher.abandon.eq(sequencer.abandon),
         ]
         wiring.connect(m, sequencer.job, dispatcher.job)

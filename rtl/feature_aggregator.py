@@ -191,15 +191,26 @@ class FeatureAggregator(wiring.Component):
         draining = Signal()     # an error: nothing new is issued, everything in flight finishes
         m.d.comb += self.busy.eq(running)
 
-        dtype = p.feature_dtype
-        is_int8 = dtype == int(FeatureDtype.INT8)
+        # what the feature type decides, as registers loaded at ``start`` (no decoding in front of
+        # the unpacker, the issuer's byte counts or the adders)
+        def dtype_is(code, dtype=p.feature_dtype):
+            return dtype == int(code)
+
+        def element_log2(dtype):
+            return Mux(dtype_is(FeatureDtype.FP32, dtype), 2,
+                       Mux(dtype_is(FeatureDtype.FP16, dtype) | dtype_is(FeatureDtype.BF16, dtype), 1, 0))
+
+        lanes_log2 = lanes.bit_length() - 1
+        is_int8 = Signal()
         size_log2 = Signal(2)
-        m.d.comb += size_log2.eq(Mux(dtype == int(FeatureDtype.FP32), 2,
-                                     Mux((dtype == int(FeatureDtype.FP16)) | (dtype == int(FeatureDtype.BF16)),
-                                         1, 0)))
+        unit_log2 = Signal(range(lanes_log2 + 3))   # a unit: one element per lane
         row_bytes = Signal(34)
-        m.d.comb += row_bytes.eq(p.feature_dim << size_log2)
-        unit_log2 = (lanes.bit_length() - 1) + size_log2      # a unit: one element per lane
+        loaded = self.parameters
+        with m.If(self.start & ~running):
+            m.d.sync += [is_int8.eq(dtype_is(FeatureDtype.INT8, loaded.feature_dtype)),
+                         size_log2.eq(element_log2(loaded.feature_dtype)),
+                         unit_log2.eq(lanes_log2 + element_log2(loaded.feature_dtype)),
+                         row_bytes.eq(loaded.feature_dim << element_log2(loaded.feature_dtype))]
         m.d.comb += unpacker.unit_log2.eq(unit_log2)
         id_log2 = Mux(p.wide_ids, 3, 2)
 
@@ -222,7 +233,7 @@ class FeatureAggregator(wiring.Component):
         self_dests = Array(Array(Signal(64, name=f"self_dest{g}_{e}") for e in range(SLOTS)) for g in range(2))
         m.submodules.samples = samples = Memory(shape=64, depth=2 * SLOTS * fanout_stride, init=[])
         sample_write = samples.write_port()
-        sample_read = samples.read_port(domain="comb")
+        sample_read = samples.read_port(domain="sync")   # the issuer's stage (below)
 
         def table_address(g, e, j):
             return (g * SLOTS + e) * fanout_stride + j
@@ -374,18 +385,26 @@ class FeatureAggregator(wiring.Component):
         chunk_start = Signal(32)        # first element of the chunk
         released = Signal(64)           # entries whose every chunk was issued
         k = group_k[issue_group]
+        # the chunk's figures, registered in the I_CHUNK state (one cycle before its first read)
         remaining = p.feature_dim - chunk_start
         chunk_len = Signal(16)          # elements in this chunk
-        m.d.comb += chunk_len.eq(Mux(remaining < chunk_elements, remaining, chunk_elements))
-        chunk_offset = chunk_start << size_log2
-        chunk_bytes = chunk_len << size_log2
-        active = [Signal(name=f"active{j}_{e}") for j in range(2) for e in range(SLOTS)]
-        now_active = active[:SLOTS]       # entries with a sample issue_j
-        next_active = active[SLOTS:]      # entries with a sample issue_j + 1
-        for e in range(SLOTS):
-            count = counts[issue_group][e]
-            m.d.comb += [now_active[e].eq((e < k) & (count > issue_j)),
-                         next_active[e].eq((e < k) & (count > issue_j + 1))]
+        chunk_offset = Signal(len(chunk_start) + 2)
+        chunk_bytes = Signal(16)
+        last_chunk = Signal()           # the group's last chunk
+        # the group's entries with a sample issue_j (``now``) and issue_j + 1 (``next``), as registers:
+        # loaded for j = 0 and 1 when a chunk starts, shifted (with issue_j + 2 worked out from the
+        # counts meanwhile) when issue_j steps, so the next entry is picked from flip-flops
+
+        def active_for(j):
+            return Cat(*((e < k) & (counts[issue_group][e] > j) for e in range(SLOTS)))
+
+        now_bits = Signal(SLOTS, name="now_active")
+        next_bits = Signal(SLOTS, name="next_active")
+        now_active = list(now_bits)
+        next_active = list(next_bits)
+
+        def restart_active():
+            m.d.sync += [now_bits.eq(active_for(0)), next_bits.eq(active_for(1))]
         later = [Const(0)] + [now_active[e] & (issue_e < e) for e in range(1, SLOTS)]
         any_later, first_later = _first(later)
         any_next, first_next = _first(next_active)
@@ -393,35 +412,64 @@ class FeatureAggregator(wiring.Component):
         empty = Cat(*(~now_active[e] & (e < k) for e in range(SLOTS)))
         last_self = issue_e == k - 1
         chunk_last = issue_self & last_self
-        m.d.comb += sample_read.addr.eq(table_address(issue_group, issue_e, issue_j))
-        row = Mux(issue_self, self_rows[issue_group][issue_e], sample_read.data)
         chunk_fresh = Signal()
         first_of_chunk = chunk_fresh
-        m.d.comb += [
-            row_request.payload.address.eq(row + chunk_offset),
-            row_request.payload.length.eq(chunk_bytes),
-            work_in.self.eq(issue_self), work_in.slot.eq(issue_e), work_in.load.eq(issue_j == 0),
-            work_in.bank.eq(issue_bank), work_in.dest.eq(self_dests[issue_group][issue_e] + chunk_offset),
-            work_in.bytes.eq(chunk_bytes), work_in.chunk_last.eq(chunk_last),
-            chunk_in.bank.eq(issue_bank), chunk_in.sum_dest.eq(group_sum[issue_group] + (chunk_start << 2)),
-            chunk_in.k.eq(k), chunk_in.empty.eq(empty), chunk_in.elements.eq(chunk_len),
-        ]
         issuing = Signal()
         fire = Signal()
+        # a read issued is staged for a cycle with its work record (and, for a chunk's first read, the
+        # chunk's): its row address is read from the samples table (a registered read, enabled as the
+        # read is issued) or taken from the self-row register into the stage, then the chunk's offset
+        # is added on the way into the request buffer, and the records' destinations get theirs on the
+        # way into their FIFOs. The group's buffers are freed for the loader only once its last read
+        # leaves the stage.
+        stage = Signal(data.StructLayout({"valid": 1, "self": 1, "self_row": 64, "offset": len(chunk_offset),
+                                          "bytes": 16, "group": 1, "frees": 1, "first": 1,
+                                          "sum_offset": len(chunk_start) + 2, "work": work_layout,
+                                          "chunk": chunk_layout}))
+        leaves = Signal()
+        group_done = Signal()   # this read is the group's last
+        # room for this read's records behind the one the stage may still hold
+        work_room = work.level + stage.valid < work.depth
+        chunks_room = chunks.level + (stage.valid & stage.first) < chunks.depth
         m.d.comb += [
-            row_request.valid.eq(issuing & ~draining & work.w_rdy & (~first_of_chunk | chunks.w_rdy)),
-            fire.eq(row_request.valid & row_request.ready),
-            work.w_en.eq(fire),
-            chunks.w_en.eq(fire & first_of_chunk),
+            leaves.eq(stage.valid & row_request.ready),
+            fire.eq(issuing & ~draining & work_room & (~first_of_chunk | chunks_room) & (~stage.valid | leaves)),
+            group_done.eq(chunk_last & last_chunk),
+            sample_read.addr.eq(table_address(issue_group, issue_e, issue_j)), sample_read.en.eq(fire),
+            row_request.valid.eq(stage.valid),
+            row_request.payload.address.eq(Mux(stage.self, stage.self_row, sample_read.data) + stage.offset),
+            row_request.payload.length.eq(stage.bytes),
+            work_in.eq(stage.work), work_in.dest.eq(stage.work.dest + stage.offset),
+            chunk_in.eq(stage.chunk), chunk_in.sum_dest.eq(stage.chunk.sum_dest + stage.sum_offset),
+            work.w_en.eq(leaves), chunks.w_en.eq(leaves & stage.first),
         ]
+        with m.If(fire):
+            m.d.sync += [stage.valid.eq(1), stage.self.eq(issue_self), stage.group.eq(issue_group),
+                         stage.self_row.eq(self_rows[issue_group][issue_e]), stage.offset.eq(chunk_offset),
+                         stage.bytes.eq(chunk_bytes), stage.frees.eq(group_done), stage.first.eq(first_of_chunk),
+                         stage.sum_offset.eq(chunk_start << 2),
+                         stage.work.self.eq(issue_self), stage.work.slot.eq(issue_e),
+                         stage.work.load.eq(issue_j == 0), stage.work.bank.eq(issue_bank),
+                         stage.work.dest.eq(self_dests[issue_group][issue_e]), stage.work.bytes.eq(chunk_bytes),
+                         stage.work.chunk_last.eq(chunk_last),
+                         stage.chunk.bank.eq(issue_bank), stage.chunk.sum_dest.eq(group_sum[issue_group]),
+                         stage.chunk.k.eq(k), stage.chunk.empty.eq(empty), stage.chunk.elements.eq(chunk_len)]
+        with m.Elif(leaves):
+            m.d.sync += stage.valid.eq(0)
+        with m.If(leaves & stage.frees):
+            m.d.sync += group_free[stage.group].eq(1)
         with m.FSM(name="issue"):
             with m.State("I_IDLE"):
                 with m.If(running & group_full[issue_group]):
                     m.d.sync += [chunk_start.eq(0), issue_j.eq(0)]
+                    restart_active()
                     m.next = "I_CHUNK"
             with m.State("I_CHUNK"):   # samples first (if any), then the self rows
                 m.d.sync += [issue_self.eq(~any_first), issue_e.eq(Mux(any_first, first_first, 0)),
                              chunk_fresh.eq(1)]
+                length = Mux(remaining < chunk_elements, remaining, chunk_elements)
+                m.d.sync += [chunk_len.eq(length), chunk_offset.eq(chunk_start << size_log2),
+                             chunk_bytes.eq(length << size_log2), last_chunk.eq(remaining <= chunk_elements)]
                 m.next = "I_ROWS"
             with m.State("I_ROWS"):
                 m.d.comb += issuing.eq(1)
@@ -430,9 +478,10 @@ class FeatureAggregator(wiring.Component):
                     with m.If(chunk_last):
                         m.d.sync += [issue_bank.eq(~issue_bank), issue_j.eq(0),
                                      chunk_start.eq(chunk_start + chunk_elements)]
-                        with m.If(remaining <= chunk_elements):     # the group's last chunk
-                            m.d.sync += [group_full[issue_group].eq(0), group_free[issue_group].eq(1),
-                                         issue_group.eq(~issue_group), released.eq(released + k)]
+                        restart_active()
+                        with m.If(group_done):     # the group's last chunk
+                            m.d.sync += [group_full[issue_group].eq(0), issue_group.eq(~issue_group),
+                                         released.eq(released + k)]
                             m.next = "I_IDLE"
                         with m.Else():
                             m.next = "I_CHUNK"
@@ -441,7 +490,8 @@ class FeatureAggregator(wiring.Component):
                     with m.Elif(any_later):
                         m.d.sync += issue_e.eq(first_later)
                     with m.Elif(any_next):
-                        m.d.sync += [issue_j.eq(issue_j + 1), issue_e.eq(first_next)]
+                        m.d.sync += [issue_j.eq(issue_j + 1), issue_e.eq(first_next),
+                                     now_bits.eq(next_bits), next_bits.eq(active_for(issue_j + 2))]
                     with m.Else():
                         m.d.sync += [issue_self.eq(1), issue_e.eq(0)]
 
@@ -515,9 +565,9 @@ class FeatureAggregator(wiring.Component):
             fp16 = widen_to_fp32(m, half, FeatureDtype.FP16, name=f"w16_{lane}")
             int8 = unit.data[8 * lane:8 * lane + 8].as_signed()
             value = Signal(32, name=f"lane{lane}")
-            m.d.comb += value.eq(Mux(dtype == int(FeatureDtype.FP32), fp32,
-                                     Mux(dtype == int(FeatureDtype.BF16), bf16,
-                                         Mux(dtype == int(FeatureDtype.FP16), fp16, int8))))
+            m.d.comb += value.eq(Mux(dtype_is(FeatureDtype.FP32), fp32,
+                                     Mux(dtype_is(FeatureDtype.BF16), bf16,
+                                         Mux(dtype_is(FeatureDtype.FP16), fp16, int8))))
             lane_values.append(value)
 
         # stage 1: the accumulator word is read; the adders (or the load / int8 sum) start
@@ -560,7 +610,6 @@ class FeatureAggregator(wiring.Component):
         out_valid = Signal()
         out_zero = Signal()
         out_meta = Signal(piece_layout)
-        lanes_log2 = lanes.bit_length() - 1
         words = (task.elements + lanes - 1) >> lanes_log2
         left_elements = task.elements - (sum_b << lanes_log2)
         advance = ~out_valid | sum_ready
@@ -628,7 +677,7 @@ class FeatureAggregator(wiring.Component):
         with m.If(writer.error & ~self.write_error & running):
             m.d.sync += [draining.eq(1), self.write_error.eq(~self.error),
                          self.write_error_address.eq(writer.error_address)]
-        engines_idle = rows.idle & ids.idle & writer.idle & buffers_idle
+        engines_idle = rows.idle & ids.idle & writer.idle & buffers_idle & ~stage.valid
         finished = (released == p.entries) & ~work.r_rdy & (finished_chunks == 0) & ~sum_busy & ~out_valid
         with m.If(running & engines_idle & (draining | finished)):
             m.d.sync += running.eq(0)
@@ -637,6 +686,6 @@ class FeatureAggregator(wiring.Component):
                          self.write_error.eq(0), load_base.eq(0), take_base.eq(0), released.eq(0),
                          load_sample.eq(self.parameters.entries), self_dest.eq(self.parameters.self_ptr),
                          sum_dest.eq(self.parameters.sum_ptr), group_free[0].eq(1), group_free[1].eq(1),
-                         group_full[0].eq(0), group_full[1].eq(0),
+                         group_full[0].eq(0), group_full[1].eq(0), stage.valid.eq(0),
                          load_group.eq(0), take_group.eq(0), issue_group.eq(0), issue_bank.eq(0)]
         return m

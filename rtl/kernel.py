@@ -49,8 +49,9 @@ from .feature_aggregator import FeatureAggregator
 from .frontier_prefetcher import FrontierPrefetcher
 from .job_dispatcher import JobDispatcher
 from .read_stream import ReadStream
+from .stream_buffer import StreamBuffer
 from .tagged_read_stream import TaggedReadStream
-from .write_combiner import WriteCombiner
+from .write_combiner import AppendWord, WriteCombiner
 
 __all__ = ["SamplerKernel", "IMAGE_WORDS", "SUPPORTED_FLAGS", "MAX_LANES", "SAMPLERS_PER_LANE",
            "lane_master_name", "storage_master_names"]
@@ -202,11 +203,17 @@ class SamplerKernel(wiring.Component):
         wiring.connect(m, sequencer.job, dispatcher.job)
         m.d.comb += [dispatcher.clear.eq(sequencer.clear_jobs), sequencer.jobs_waiting.eq(dispatcher.waiting)]
         streamers_failed = Cat(*(streamer.failed for streamer in streamers)).any()
+        write_buffers = []
         for lane, (streamer, reader) in enumerate(zip(streamers, lane_readers, strict=True)):
             wiring.connect(m, dispatcher.lanes[lane], streamer.job)
             wiring.connect(m, streamer.reads, reader.port)
             wiring.connect(m, wiring.flipped(getattr(self, lane_master_name(lane))), reader.bus)
-            wiring.connect(m, streamer.appends, combiner.fields[lane])
+            # two-entry buffers in front of the combiner's ports: the producers' valid and payload
+            # would otherwise run through the combiner's run logic into its FIFOs in one cycle
+            m.submodules[f"appends_buffer{lane}"] = appends_buffer = StreamBuffer(AppendWord)
+            wiring.connect(m, streamer.appends, appends_buffer.i)
+            wiring.connect(m, appends_buffer.o, combiner.fields[lane])
+            write_buffers.append(appends_buffer)
             m.d.comb += [
                 streamer.indices_base.eq(sequencer.indices_base), streamer.nodes_ptr.eq(sequencer.nodes_ptr),
                 streamer.wide_ids.eq(sequencer.wide_ids), streamer.fanout.eq(sequencer.fanout),
@@ -224,13 +231,17 @@ class SamplerKernel(wiring.Component):
                                                  | streamers_failed)]
 
         # ---- sampling writes: counts and the result header on the combiner's last port
-        wiring.connect(m, sequencer.fields, combiner.fields[lanes])
+        m.submodules.fields_buffer = fields_buffer = StreamBuffer(AppendWord)
+        wiring.connect(m, sequencer.fields, fields_buffer.i)
+        wiring.connect(m, fields_buffer.o, combiner.fields[lanes])
+        write_buffers.append(fields_buffer)
         for name, member in combiner.bus.signature.members.items():
             ours, theirs = getattr(self.m_axi_mem, name), getattr(combiner.bus, name)
             m.d.comb += ours.eq(theirs) if member.flow == Out else theirs.eq(ours)
         m.d.comb += [
             combiner.flush.eq(sequencer.flush_writes), combiner.clear.eq(sequencer.clear_writes),
-            sequencer.writes_idle.eq(combiner.idle), sequencer.write_error.eq(combiner.error),
+            sequencer.writes_idle.eq(combiner.idle & Cat(*(b.idle for b in write_buffers)).all()),
+            sequencer.write_error.eq(combiner.error),
             sequencer.write_error_address.eq(combiner.error_address),
         ]
 

@@ -20,6 +20,13 @@ def unit_layout(data_width: int) -> data.StructLayout:
     return data.StructLayout({"data": data_width, "last": 1, "error": 1, "address": ADDRESS_WIDTH})
 
 
+def _at_most(value, bound):
+    """``value <= bound`` for a wide ``value`` and a narrow ``bound``: the high bits zero and a compare
+    of ``len(bound)`` bits (no carry chain as wide as ``value``)."""
+    bits = len(bound)
+    return (value[bits:] == 0) & (value[:bits] <= bound)
+
+
 class RowUnpacker(wiring.Component):
     """Realigns each request's bytes (from :class:`~smartsage.rtl.burst_reader.BurstReader`) into units.
 
@@ -57,7 +64,7 @@ class RowUnpacker(wiring.Component):
         valid = [Signal(name=f"slot{i}_valid") for i in range(2)]
         pointer = Signal(range(2 * data_bytes))  # byte of slot 0 where the next unit starts
         fresh = Signal(init=1)                   # slot 0 starts a request: the pointer is its offset
-        done = Signal(32)                        # request bytes already unpacked
+        left = Signal(32)                        # request bytes not yet unpacked (when not fresh)
         unit_bytes = Signal(range(data_bytes + 1))
         m.d.comb += unit_bytes.eq(Const(1, unit_bytes.shape()) << self.unit_log2)
 
@@ -68,7 +75,8 @@ class RowUnpacker(wiring.Component):
         last_unit = Signal()
         m.d.comb += [
             needs_next.eq((start + unit_bytes > data_bytes) & ~cur.last),
-            last_unit.eq(done + unit_bytes >= cur.length),
+            # the request's bytes left fit this unit: a short compare (a unit is at most a beat)
+            last_unit.eq(_at_most(Mux(fresh, cur.length, left), unit_bytes)),
             self.units.valid.eq(valid[0] & (~needs_next | valid[1])),
             self.units.payload.data.eq(Cat(cur.data, nxt.data).bit_select(Cat(Const(0, 3), start[:-1]), width)),
             self.units.payload.last.eq(last_unit),
@@ -80,10 +88,10 @@ class RowUnpacker(wiring.Component):
         pops = Signal(2)
         with m.If(fire):
             with m.If(last_unit):
-                m.d.sync += [fresh.eq(1), done.eq(0)]
+                m.d.sync += fresh.eq(1)
                 m.d.comb += pops.eq(Mux(cur.last, 1, 2))
             with m.Else():
-                m.d.sync += [fresh.eq(0), done.eq(done + unit_bytes),
+                m.d.sync += [fresh.eq(0), left.eq(Mux(fresh, cur.length, left) - unit_bytes),
                              pointer.eq(Mux(after >= data_bytes, after - data_bytes, after))]
                 m.d.comb += pops.eq(after >= data_bytes)
         # keep what is not popped, in order, then take the incoming beat behind it

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Module
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import stream, wiring
-from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["StreamBuffer"]
 
 
 class StreamBuffer(wiring.Component):
-    """``o`` replays ``i`` one cycle later, at full throughput, with ``i.ready`` and ``o.valid`` both
-    from registers (a 2-entry FIFO's level), so no ready/valid chain runs through it: the timing
-    proxy's paths end at its input and start at its output. Costs one cycle of latency.
+    """``o`` replays ``i`` one cycle later, at full throughput, with ``i.ready``, ``o.valid`` and
+    ``o.payload`` all from registers, so no ready/valid chain runs through it and its output starts at
+    flip-flops (not at a memory's read port): the timing proxy's paths end at its input and start at
+    its output. Costs one cycle of latency.
+
+    A skid buffer: ``o`` shows the head register; the second (skid) register takes the payload that
+    arrives in the cycle the consumer stalls, and ``i.ready`` is low while it is full.
 
     Parameters
     ----------
@@ -34,10 +37,18 @@ class StreamBuffer(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.fifo = fifo = SyncFIFO(width=self.o.payload.as_value().shape().width, depth=2)
+        head = Signal(self._shape, name="head")
+        skid = Signal(self._shape, name="skid")
+        head_valid = Signal()
+        skid_valid = Signal()
         m.d.comb += [
-            fifo.w_data.eq(self.i.payload), fifo.w_en.eq(self.i.valid), self.i.ready.eq(fifo.w_rdy),
-            self.o.payload.eq(fifo.r_data), self.o.valid.eq(fifo.r_rdy), fifo.r_en.eq(self.o.ready),
-            self.idle.eq(~fifo.r_rdy),
+            self.o.payload.eq(head), self.o.valid.eq(head_valid), self.i.ready.eq(~skid_valid),
+            self.idle.eq(~head_valid),
         ]
+        with m.If(~head_valid | self.o.ready):
+            # the head is free (or leaves): the skid's payload first, else the input's
+            m.d.sync += [head.eq(Mux(skid_valid, skid, self.i.payload)), head_valid.eq(skid_valid | self.i.valid),
+                         skid_valid.eq(0)]
+        with m.Elif(self.i.valid & ~skid_valid):
+            m.d.sync += [skid.eq(self.i.payload), skid_valid.eq(1)]
         return m

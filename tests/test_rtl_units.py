@@ -27,6 +27,7 @@ from smartsage.rtl.rng import (
     mix32_pipelined,
     multiply_pipelined,
 )
+from smartsage.rtl.stream_buffer import StreamBuffer
 from smartsage.spec import rng as spec_rng
 
 
@@ -158,6 +159,66 @@ def test_pipelined_multiply_add_gives_the_low_word_and_stalls():
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
+
+
+@pytest.mark.parametrize("stall", [0.0, 0.4])
+def test_stream_buffer_keeps_order_and_full_rate(stall):
+    """Every payload comes out once, in order; with a consumer that never stalls it runs one per
+    cycle after one cycle of latency; ``i.ready`` and ``o.valid`` are registers (they do not follow
+    ``o.ready`` or ``i.valid`` in the same cycle)."""
+    seed = _seed()
+    rng = random.Random(seed)
+    dut = StreamBuffer(16)
+    sent = [rng.getrandbits(16) for _ in range(300)]
+    received = []
+    out_cycles = []
+
+    async def producer(ctx):
+        for value in sent:
+            ctx.set(dut.i.payload, value)
+            ctx.set(dut.i.valid, 1)
+            while True:
+                _, _, ready = await ctx.tick().sample(dut.i.ready)   # ready before the edge
+                if ready:
+                    break
+            ctx.set(dut.i.valid, 0)
+            if stall and rng.random() < stall:
+                await ctx.tick()
+
+    async def monitor(ctx):
+        cycle = 0
+        async for _, _, o_valid, o_ready, payload in ctx.tick().sample(dut.o.valid, dut.o.ready, dut.o.payload):
+            if o_valid and o_ready:
+                received.append(payload)
+                out_cycles.append(cycle)
+            cycle += 1
+
+    async def consumer(ctx):
+        for _ in range(20 * len(sent)):
+            if len(received) == len(sent):
+                break
+            ready = not (stall and rng.random() < stall)
+            ctx.set(dut.o.ready, ready)
+            before = ctx.get(dut.i.ready), ctx.get(dut.o.valid)
+            ctx.set(dut.o.ready, not ready)   # a register's value does not follow o.ready
+            assert (ctx.get(dut.i.ready), ctx.get(dut.o.valid)) == before
+            ctx.set(dut.o.ready, ready)
+            await ctx.tick()
+        assert received == sent[:len(received)] and len(received) == len(sent), seed
+        ctx.set(dut.o.ready, 0)
+        for _ in range(3):
+            await ctx.tick()
+        assert ctx.get(dut.idle)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(producer, background=True)
+    sim.add_process(monitor)
+    sim.add_testbench(consumer)
+    sim.run()
+    assert received == sent, seed
+    if not stall:
+        assert out_cycles == list(range(out_cycles[0], out_cycles[0] + len(sent)))
 
 
 def test_csd_digits_rebuild_the_constant_with_no_adjacent_digits():

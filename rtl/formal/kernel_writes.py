@@ -117,9 +117,10 @@ class _ObservedSequencer(CommandSequencer):
         self.state = fsm.state
         self.state_code = fsm.encoding
         (self.counts_base, self.frontier_index, self.frontier_size, self.counts_end, self.key_wait, self.written,
-         self.nodes_room, self.count_address) = inner(m, "counts_base", "frontier_index", "frontier_size",
-                                                      "counts_end", "key_wait", "written", "nodes_room",
-                                                      "count_address")
+         self.nodes_room, self.count_address, self.frontier_end) = inner(
+            m, "counts_base", "frontier_index", "frontier_size", "counts_end", "key_wait", "written", "nodes_room",
+            "count_address", "frontier_end")
+        self.check_bad, self.check_live = self._check_flags   # the registered checks and their sources
         return m
 
 
@@ -185,6 +186,10 @@ class SequencerWritesHarness(Harness):
         m.d.comb += [
             Assert(~in_state["FRONTIER"] | ((dut.counts_base + dut.frontier_size <= b.counts_capacity)
                                             & (dut.frontier_index <= dut.frontier_size))),
+            # the checks are registered the cycle before CHECK decides on them
+            Assert(~in_state["CHECK"] | (dut.check_bad == dut.check_live)),
+            # the walk's end is a register kept equal to the compare it replaces
+            Assert(~in_state["FRONTIER"] | (dut.frontier_end == (dut.frontier_index == dut.frontier_size))),
             # the count's address is stepped, not computed: it is the walk's entry
             Assert(~in_state["FRONTIER"]
                    | (dut.count_address == (b.counts_ptr + ((dut.counts_base + dut.frontier_index) << 2))[:64])),

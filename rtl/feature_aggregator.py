@@ -429,8 +429,9 @@ class FeatureAggregator(wiring.Component):
         leaves = Signal()
         group_done = Signal()   # this read is the group's last
         # room for this read's records behind the one the stage may still hold
-        work_room = work.level + stage.valid < work.depth
-        chunks_room = chunks.level + (stage.valid & stage.first) < chunks.depth
+        # (constant compares on the FIFO levels, picked by the stage's flags: no adder)
+        work_room = Mux(stage.valid, work.level < work.depth - 1, work.level < work.depth)
+        chunks_room = Mux(stage.valid & stage.first, chunks.level < chunks.depth - 1, chunks.level < chunks.depth)
         m.d.comb += [
             leaves.eq(stage.valid & row_request.ready),
             fire.eq(issuing & ~draining & work_room & (~first_of_chunk | chunks_room) & (~stage.valid | leaves)),

@@ -422,8 +422,9 @@ NEXTPNR_ROUTER = "router2"
 BLOCK_PLACER = "heap"
 #: nextpnr's placer for the whole kernel: "heap" spent 326-575 s on each of its first iterations
 #: (of ~15) legalising the `small` kernel's 36,000 cells; the electrostatic "static" placer (about
-#: 8 minutes) and the annealing refinement after it (9 minutes) placed it, and router2 routed it in
-#: 10 minutes, on the shared 2-core machine (2026-12-01, docs/synthesis.md).
+#: 8 minutes) and the annealing refinement after it (9 minutes) placed it, and router2 routed the
+#: mid-session design in 10 minutes on the shared 2-core machine; on the session's final design
+#: router2 had not converged after 55 iterations (2026-12-01, docs/synthesis.md).
 KERNEL_PLACER = "static"
 
 

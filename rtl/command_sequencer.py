@@ -36,6 +36,7 @@ from smartsage.spec.descriptor import (
 )
 
 from .axi import ADDRESS_WIDTH
+from .compare import below
 from .feature_aggregator import AggregateParameters
 from .frontier_prefetcher import FrontierNode, IndptrPair
 from .image_header import IMAGE_WORDS, field_span
@@ -146,8 +147,7 @@ class CommandSequencer(KernelBlock):
         last count entry, ``capacity`` the buffer's; "nodes": ``end`` the node's sample count,
         ``capacity`` the room left in the node list, compared without a 64-bit carry chain)."""
         if buffer == "nodes":
-            width = len(end)
-            return (capacity[width:] != 0) | (end <= capacity[:width])
+            return ~below(capacity, end)
         return end <= capacity
 
     def elaborate(self, platform):
@@ -221,6 +221,9 @@ class CommandSequencer(KernelBlock):
         multiplier = Signal(32)
         self_bytes = Signal(96 + 2)
         sum_bytes = Signal(96 + 2)
+        self_over = Signal()        # self_bytes > self_capacity, a cycle after self_bytes
+        sum_over = Signal()
+        m.d.sync += [self_over.eq(self_bytes > desc("self_capacity")), sum_over.eq(sum_bytes > desc("sum_capacity"))]
         counts_end = Signal(65)    # counts_base + frontier_size, registered (the HOP state's check)
 
         status = Signal(32)
@@ -506,11 +509,13 @@ class CommandSequencer(KernelBlock):
                 m.d.sync += [multiplicand.eq(multiplicand << 1), multiplier.eq(multiplier >> 1)]
                 with m.If(multiplier == 0):
                     m.d.sync += [self_bytes.eq(feature_bytes << feature_size_log2), sum_bytes.eq(feature_bytes << 2)]
-                    m.next = "FEATURES_CHECK"
+                    m.next = "FEATURES_SETTLE"
+            with m.State("FEATURES_SETTLE"):   # the capacity compares below are registered
+                m.next = "FEATURES_CHECK"
             with m.State("FEATURES_CHECK"):
-                with m.If(self_bytes > desc("self_capacity")):
+                with m.If(self_over):
                     fail(Status.FEATURES_CAPACITY, index_value=0, value=self_bytes)
-                with m.Elif(sum_bytes > desc("sum_capacity")):
+                with m.Elif(sum_over):
                     fail(Status.FEATURES_CAPACITY, index_value=1, value=sum_bytes)
                 with m.Else():
                     m.next = "AGGREGATE"

@@ -143,28 +143,47 @@ class EdgeStreamer(KernelBlock):
         ticket = Signal(ticket_layout)
         collect_in = Signal(collect_layout)
         turn = Signal(range(SAMPLERS_PER_LANE))
+        # the job at the queue's head is staged for a cycle: whether it is dense, its first edge's
+        # storage address and its place's device address are worked out on the way in, so the
+        # decision to take it (``go``) reads flip-flops only
+        staged_layout = data.StructLayout({"key": 32, "degree": 32, "count": range(cfg.max_fanout + 1),
+                                           "dense": 1, "edge_address": 64, "node_address": 64})
+        staged = Signal(staged_layout)
+        staged_valid = Signal()
         incoming = job_layout(jobs.payload)
-        dense_job = incoming.degree == incoming.count
         turn_ready = Array(sampler.request.ready for sampler in samplers)[turn]
         go = Signal()
+        stage_job = Signal()
         m.d.comb += [
-            go.eq(jobs.valid & tickets.w_rdy & collects.w_rdy & ~finishing & ~back_error
-                  & (dense_job | turn_ready)),
-            ticket_in.sampler.eq(turn), ticket_in.dense.eq(dense_job), ticket_in.count.eq(incoming.count),
-            ticket_in.edge_address.eq(self.indices_base + id_offset(wide_ids, incoming.edge_start)),
+            go.eq(staged_valid & tickets.w_rdy & collects.w_rdy & ~finishing & ~back_error
+                  & (staged.dense | turn_ready)),
+            stage_job.eq(~staged_valid | go),
+            jobs.ready.eq(stage_job),
+        ]
+        with m.If(stage_job):
+            m.d.sync += [staged_valid.eq(jobs.valid), staged.key.eq(incoming.key),
+                         staged.degree.eq(incoming.degree), staged.count.eq(incoming.count),
+                         staged.dense.eq(incoming.degree == incoming.count),
+                         staged.edge_address.eq(self.indices_base + id_offset(wide_ids, incoming.edge_start)),
+                         staged.node_address.eq(self.nodes_ptr + id_offset(wide_ids, incoming.base))]
+        with m.If(job_reset):
+            m.d.sync += staged_valid.eq(0)
+        m.d.comb += [
+            ticket_in.sampler.eq(turn), ticket_in.dense.eq(staged.dense), ticket_in.count.eq(staged.count),
+            ticket_in.edge_address.eq(staged.edge_address),
             tickets.w_data.eq(ticket_in),
-            collect_in.count.eq(incoming.count),
-            collect_in.address.eq(self.nodes_ptr + id_offset(wide_ids, incoming.base)),
+            collect_in.count.eq(staged.count),
+            collect_in.address.eq(staged.node_address),
             collects.w_data.eq(collect_in),
         ]
         for number, sampler in enumerate(samplers):
-            m.d.comb += [sampler.request.payload.key.eq(incoming.key),
-                         sampler.request.payload.degree.eq(incoming.degree),
+            m.d.comb += [sampler.request.payload.key.eq(staged.key),
+                         sampler.request.payload.degree.eq(staged.degree),
                          sampler.request.payload.fanout.eq(fanout),
-                         sampler.request.valid.eq(go & ~dense_job & (turn == number))]
+                         sampler.request.valid.eq(go & ~staged.dense & (turn == number))]
         with m.If(go):
-            m.d.comb += [jobs.ready.eq(1), tickets.w_en.eq(1), collects.w_en.eq(1)]
-            with m.If(~dense_job):
+            m.d.comb += [tickets.w_en.eq(1), collects.w_en.eq(1)]
+            with m.If(~staged.dense):
                 m.d.sync += turn.eq(Mux(turn == SAMPLERS_PER_LANE - 1, 0, turn + 1))
         with m.If(job_reset):
             m.d.sync += turn.eq(0)
@@ -265,6 +284,6 @@ class EdgeStreamer(KernelBlock):
             m.d.sync += [taken.eq(0), appended.eq(0)]
         with m.If(self.resume):  # stopped by an error until the next command
             m.d.sync += collector_error.eq(0)
-        m.d.comb += [self.idle.eq(issuer_idle & ~jobs.valid & (pending == 0) & collector_idle),
+        m.d.comb += [self.idle.eq(issuer_idle & ~jobs.valid & ~staged_valid & (pending == 0) & collector_idle),
                      self.failed.eq(collector_error)]
         return m

@@ -61,6 +61,7 @@ from smartsage.spec.image import FeatureDtype
 from .axi import ADDRESS_WIDTH, AxiReadSignature, AxiSignature
 from .beat_writer import BeatWriter
 from .burst_reader import BurstReader, beat_layout
+from .compare import at_most
 from .float_widen import widen_to_fp32
 from .fp32_adder import DEFAULT_LATENCY, Fp32Adder
 from .multiply import multiply_add_latency, multiply_add_low
@@ -90,6 +91,11 @@ AggregateParameters = data.StructLayout({
     "self_ptr": 64,
     "sum_ptr": 64,
 })
+
+
+def _at_most_slots(value):
+    """``min(value, SLOTS)`` of a wide count (:func:`~smartsage.rtl.compare.at_most`: no wide carry chain)."""
+    return Mux(at_most(value, SLOTS), value[:SLOTS.bit_length()], SLOTS)
 
 
 def _first(bits):
@@ -212,7 +218,6 @@ class FeatureAggregator(wiring.Component):
                          unit_log2.eq(lanes_log2 + element_log2(loaded.feature_dtype)),
                          row_bytes.eq(loaded.feature_dim << element_log2(loaded.feature_dtype))]
         m.d.comb += unpacker.unit_log2.eq(unit_log2)
-        id_log2 = Mux(p.wide_ids, 3, 2)
 
         def ident(word, wide=p.wide_ids):
             return Mux(wide, word.data, Mux(word.address[2], word.data[32:], word.data[:32]))
@@ -239,33 +244,36 @@ class FeatureAggregator(wiring.Component):
             return (g * SLOTS + e) * fanout_stride + j
 
         # ---- loader, request side: counts, ids, then the samples' ids of each entry of a group
-        load_base = Signal(64)          # first entry of the group being requested
+        # the entries not yet requested, and the next count's, id's and sample id's addresses: cursors
+        # stepped as the requests go (the groups take consecutive entries), so no address is a sum of
+        # a base and an index
+        load_left = Signal(64)
+        count_cursor = Signal(64)
+        id_cursor = Signal(64)
+        sample_cursor = Signal(64)
+        id_bytes = Mux(p.wide_ids, 8, 4)
         load_group = Signal()
         load_k = Signal(range(SLOTS + 1))
         load_e = Signal(range(SLOTS + 1))
         load_j = Signal(range(max_fanout + 1))
-        load_sample = Signal(64)        # node-list index of the next sample id
-        left = p.entries - load_base
         with m.FSM(name="load_issue"):
             with m.State("L_IDLE"):
-                with m.If(running & ~draining & (load_base < p.entries) & group_free[load_group]):
-                    m.d.sync += [load_k.eq(Mux(left < SLOTS, left, SLOTS)), load_e.eq(0),
+                with m.If(running & ~draining & (load_left != 0) & group_free[load_group]):
+                    m.d.sync += [load_k.eq(_at_most_slots(load_left)), load_e.eq(0),
                                  counted[load_group].eq(0)]
                     m.d.sync += group_free[load_group].eq(0)
                     m.next = "L_COUNTS"
             with m.State("L_COUNTS"):
-                m.d.comb += [ids.request.valid.eq(~draining),
-                             ids.request.payload.eq(p.counts_addr + ((load_base + load_e) << 2))]
+                m.d.comb += [ids.request.valid.eq(~draining), ids.request.payload.eq(count_cursor)]
                 with m.If(ids.request.valid & ids.request.ready):
-                    m.d.sync += load_e.eq(load_e + 1)
+                    m.d.sync += [load_e.eq(load_e + 1), count_cursor.eq(count_cursor + 4)]
                     with m.If(load_e == load_k - 1):
                         m.d.sync += load_e.eq(0)
                         m.next = "L_IDS"
             with m.State("L_IDS"):
-                m.d.comb += [ids.request.valid.eq(~draining),
-                             ids.request.payload.eq(p.nodes_ptr + ((load_base + load_e) << id_log2))]
+                m.d.comb += [ids.request.valid.eq(~draining), ids.request.payload.eq(id_cursor)]
                 with m.If(ids.request.valid & ids.request.ready):
-                    m.d.sync += load_e.eq(load_e + 1)
+                    m.d.sync += [load_e.eq(load_e + 1), id_cursor.eq(id_cursor + id_bytes)]
                     with m.If(load_e == load_k - 1):
                         m.d.sync += [load_e.eq(0), load_j.eq(0)]
                         m.next = "L_SAMPLES"
@@ -273,20 +281,20 @@ class FeatureAggregator(wiring.Component):
                 count = counts[load_group][load_e]
                 known = counted[load_group].bit_select(load_e, 1)
                 with m.If(load_e == load_k):
-                    m.d.sync += [load_base.eq(load_base + load_k), load_group.eq(~load_group)]
+                    m.d.sync += [load_left.eq(load_left - load_k), load_group.eq(~load_group)]
                     m.next = "L_IDLE"
                 with m.Elif(known & (load_j == count)):
                     m.d.sync += [load_e.eq(load_e + 1), load_j.eq(0)]
                 with m.Elif(known):
                     m.d.comb += [ids.request.valid.eq(~draining),
-                                 ids.request.payload.eq(p.nodes_ptr + (load_sample << id_log2))]
+                                 ids.request.payload.eq(sample_cursor)]
                     with m.If(ids.request.valid & ids.request.ready):
-                        m.d.sync += [load_j.eq(load_j + 1), load_sample.eq(load_sample + 1)]
+                        m.d.sync += [load_j.eq(load_j + 1), sample_cursor.eq(sample_cursor + id_bytes)]
                         with m.If(load_j == count - 1):   # the next entry at once
                             m.d.sync += [load_e.eq(load_e + 1), load_j.eq(0)]
 
         # ---- loader, answer side: the same order
-        take_base = Signal(64)
+        take_left = Signal(64)          # entries whose ids are still to be taken
         take_group = Signal()
         take_k = Signal(range(SLOTS + 1))
         take_e = Signal(range(SLOTS + 1))
@@ -317,11 +325,10 @@ class FeatureAggregator(wiring.Component):
             m.d.sync += self_rows[row_out.group][row_out.entry].eq(row_address)
         with m.If(self.start & ~running):
             m.d.sync += [stage.valid.eq(0) for stage in row_pipe]
-        take_left = p.entries - take_base
         with m.FSM(name="load_take"):
             with m.State("T_IDLE"):
-                with m.If(running & (take_base < p.entries)):
-                    m.d.sync += [take_k.eq(Mux(take_left < SLOTS, take_left, SLOTS)), take_e.eq(0),
+                with m.If(running & (take_left != 0)):
+                    m.d.sync += [take_k.eq(_at_most_slots(take_left)), take_e.eq(0),
                                  group_sum_dest.eq(sum_dest)]
                     m.next = "T_COUNTS"
             with m.State("T_COUNTS"):
@@ -350,7 +357,7 @@ class FeatureAggregator(wiring.Component):
                     with m.If(~rows_in_flight):     # the group's row addresses have landed
                         m.d.sync += [group_full[take_group].eq(1), group_k[take_group].eq(take_k),
                                      group_sum[take_group].eq(group_sum_dest),
-                                     take_base.eq(take_base + take_k), take_group.eq(~take_group)]
+                                     take_left.eq(take_left - take_k), take_group.eq(~take_group)]
                         m.next = "T_IDLE"
                 with m.Elif(take_j == count):
                     m.d.sync += [take_e.eq(take_e + 1), take_j.eq(0)]
@@ -371,8 +378,8 @@ class FeatureAggregator(wiring.Component):
                                          "bytes": 16, "chunk_last": 1})
         chunk_layout = data.StructLayout({"bank": 1, "sum_dest": 64, "k": range(SLOTS + 1), "empty": SLOTS,
                                           "elements": 16})
-        m.submodules.work = work = SyncFIFO(width=work_layout.size, depth=cfg.outstanding_reads)
-        m.submodules.chunks = chunks = SyncFIFO(width=chunk_layout.size, depth=8)
+        m.submodules.work = work = SyncFIFO(width=work_layout.size, depth=cfg.outstanding_reads + 1)
+        m.submodules.chunks = chunks = SyncFIFO(width=chunk_layout.size, depth=9)
         work_in = Signal(work_layout)
         chunk_in = Signal(chunk_layout)
         m.d.comb += [work.w_data.eq(work_in), chunks.w_data.eq(chunk_in)]
@@ -427,16 +434,23 @@ class FeatureAggregator(wiring.Component):
                                           "sum_offset": len(chunk_start) + 2, "work": work_layout,
                                           "chunk": chunk_layout}))
         leaves = Signal()
+        load = Signal()         # the stage's registers load: it is empty or its read leaves
         group_done = Signal()   # this read is the group's last
-        # room for this read's records behind the one the stage may still hold
-        # (constant compares on the FIFO levels, picked by the stage's flags: no adder)
-        work_room = Mux(stage.valid, work.level < work.depth - 1, work.level < work.depth)
-        chunks_room = Mux(stage.valid & stage.first, chunks.level < chunks.depth - 1, chunks.level < chunks.depth)
+        # room for this read's records behind the one the stage may still hold: flags registered from
+        # the FIFO levels a cycle before, one place short (a level grows by at most one a cycle), so
+        # no compare sits in front of ``fire``; the FIFOs have a place more for it
+        work_room_1, work_room_2, chunks_room_1, chunks_room_2 = Signal(), Signal(), Signal(), Signal()
+        m.d.sync += [work_room_1.eq(work.level < work.depth - 1), work_room_2.eq(work.level < work.depth - 2),
+                     chunks_room_1.eq(chunks.level < chunks.depth - 1),
+                     chunks_room_2.eq(chunks.level < chunks.depth - 2)]
+        work_room = Mux(stage.valid, work_room_2, work_room_1)
+        chunks_room = Mux(stage.valid & stage.first, chunks_room_2, chunks_room_1)
         m.d.comb += [
             leaves.eq(stage.valid & row_request.ready),
-            fire.eq(issuing & ~draining & work_room & (~first_of_chunk | chunks_room) & (~stage.valid | leaves)),
+            load.eq(~stage.valid | row_request.ready),
+            fire.eq(issuing & ~draining & work_room & (~first_of_chunk | chunks_room) & load),
             group_done.eq(chunk_last & last_chunk),
-            sample_read.addr.eq(table_address(issue_group, issue_e, issue_j)), sample_read.en.eq(fire),
+            sample_read.addr.eq(table_address(issue_group, issue_e, issue_j)), sample_read.en.eq(load),
             row_request.valid.eq(stage.valid),
             row_request.payload.address.eq(Mux(stage.self, stage.self_row, sample_read.data) + stage.offset),
             row_request.payload.length.eq(stage.bytes),
@@ -444,8 +458,11 @@ class FeatureAggregator(wiring.Component):
             chunk_in.eq(stage.chunk), chunk_in.sum_dest.eq(stage.chunk.sum_dest + stage.sum_offset),
             work.w_en.eq(leaves), chunks.w_en.eq(leaves & stage.first),
         ]
-        with m.If(fire):
-            m.d.sync += [stage.valid.eq(1), stage.self.eq(issue_self), stage.group.eq(issue_group),
+        # the stage's payload loads whenever the stage may take a read (``load``), whether or not one
+        # is issued (``fire``, which only sets ``valid``): its registers' enable is two flip-flops'
+        # function, not the issuer's decision
+        with m.If(load):
+            m.d.sync += [stage.valid.eq(fire), stage.self.eq(issue_self), stage.group.eq(issue_group),
                          stage.self_row.eq(self_rows[issue_group][issue_e]), stage.offset.eq(chunk_offset),
                          stage.bytes.eq(chunk_bytes), stage.frees.eq(group_done), stage.first.eq(first_of_chunk),
                          stage.sum_offset.eq(chunk_start << 2),
@@ -455,8 +472,6 @@ class FeatureAggregator(wiring.Component):
                          stage.work.chunk_last.eq(chunk_last),
                          stage.chunk.bank.eq(issue_bank), stage.chunk.sum_dest.eq(group_sum[issue_group]),
                          stage.chunk.k.eq(k), stage.chunk.empty.eq(empty), stage.chunk.elements.eq(chunk_len)]
-        with m.Elif(leaves):
-            m.d.sync += stage.valid.eq(0)
         with m.If(leaves & stage.frees):
             m.d.sync += group_free[stage.group].eq(1)
         with m.FSM(name="issue"):
@@ -498,11 +513,15 @@ class FeatureAggregator(wiring.Component):
 
         # ---- consumer, stage 0: a unit and its work record
         unit = units.payload
+        # the head record comes out of flip-flops (a skid buffer behind the FIFO's LUT-RAM read)
+        m.submodules.work_head = work_head = StreamBuffer(work_layout)
+        m.d.comb += [work_head.i.valid.eq(work.r_rdy), work_head.i.payload.eq(work.r_data),
+                     work.r_en.eq(work_head.i.ready)]
         record = Signal(work_layout)
-        m.d.comb += record.eq(work.r_data)
+        m.d.comb += record.eq(work_head.o.payload)
         unit_bytes = Const(1, range(data_bytes + 1)) << unit_log2
         unit_index = Signal(beat_bits)
-        present = units.valid & work.r_rdy
+        present = units.valid & work_head.o.valid
         acc_address = Signal(1 + slot_bits + beat_bits)
         m.d.comb += acc_address.eq(Cat(unit_index, record.slot, record.bank))
         history = [Signal(acc_address.shape(), name=f"used{i}") for i in range(ADDER_LATENCY)]
@@ -546,13 +565,13 @@ class FeatureAggregator(wiring.Component):
             m.d.comb += [self_valid.eq(present), accept.eq(self_ready)]
         with m.Else():   # its accumulator word is free and its bank's previous sums were read out
             m.d.comb += [accept.eq(~hazard & (unread[record.bank] == 0)), sample_accept.eq(present & accept)]
-        m.d.comb += units.ready.eq(accept & (work.r_rdy | draining))
+        m.d.comb += units.ready.eq(accept & (work_head.o.valid | draining))
         taken = present & accept
         chunk_done = Signal()
         m.d.comb += chunk_done.eq(taken & ends_chunk & ~unit.error & ~draining)
         with m.If(taken):
             m.d.sync += unit_index.eq(Mux(unit.last, 0, unit_index + 1))
-            m.d.comb += work.r_en.eq(unit.last)
+            m.d.comb += work_head.o.ready.eq(unit.last)
         m.d.sync += [history_valid.eq(Cat(sample_accept, history_valid[:-1])),
                      history[0].eq(acc_address)]
         m.d.sync += [history[i].eq(history[i - 1]) for i in range(1, ADDER_LATENCY)]
@@ -679,13 +698,19 @@ class FeatureAggregator(wiring.Component):
             m.d.sync += [draining.eq(1), self.write_error.eq(~self.error),
                          self.write_error_address.eq(writer.error_address)]
         engines_idle = rows.idle & ids.idle & writer.idle & buffers_idle & ~stage.valid
-        finished = (released == p.entries) & ~work.r_rdy & (finished_chunks == 0) & ~sum_busy & ~out_valid
+        finished = ((released == p.entries) & ~work.r_rdy & work_head.idle & (finished_chunks == 0) & ~sum_busy
+                    & ~out_valid)
         with m.If(running & engines_idle & (draining | finished)):
             m.d.sync += running.eq(0)
         with m.If(self.start & ~running):
             m.d.sync += [p.eq(self.parameters), running.eq(1), draining.eq(0), self.error.eq(0),
-                         self.write_error.eq(0), load_base.eq(0), take_base.eq(0), released.eq(0),
-                         load_sample.eq(self.parameters.entries), self_dest.eq(self.parameters.self_ptr),
+                         self.write_error.eq(0), load_left.eq(self.parameters.entries),
+                         take_left.eq(self.parameters.entries), released.eq(0),
+                         count_cursor.eq(self.parameters.counts_addr), id_cursor.eq(self.parameters.nodes_ptr),
+                         sample_cursor.eq(self.parameters.nodes_ptr + Mux(self.parameters.wide_ids,
+                                                                          self.parameters.entries << 3,
+                                                                          self.parameters.entries << 2)),
+                         self_dest.eq(self.parameters.self_ptr),
                          sum_dest.eq(self.parameters.sum_ptr), group_free[0].eq(1), group_free[1].eq(1),
                          group_full[0].eq(0), group_full[1].eq(0), stage.valid.eq(0),
                          load_group.eq(0), take_group.eq(0), issue_group.eq(0), issue_bank.eq(0)]

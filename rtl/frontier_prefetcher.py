@@ -19,6 +19,7 @@ from smartsage.spec import rng as spec_rng
 from smartsage.spec.config import KernelConfig
 
 from .axi import ADDRESS_WIDTH
+from .compare import below
 from .edge_streamer import id_offset
 from .kernel_block import KernelBlock, check_kernel_config
 from .read_stream import StreamWord
@@ -224,7 +225,7 @@ class FrontierPrefetcher(KernelBlock):
             m.d.sync += [have_half.eq(0), pair_staged.eq(0)]
         # min(d, k) without a 64-bit carry chain (k has 16 bits)
         degree = pair_stage.degree
-        below_fanout = (degree[16:] == 0) & (degree[:16] < self.fanout)
+        below_fanout = below(degree, self.fanout)
         pair_queued = Signal(IndptrPair)
         m.d.comb += [pair_queued.eq(pair_stage), pair_queued.count.eq(Mux(below_fanout, degree[:16], self.fanout)),
                      indptr_pairs.w_data.eq(pair_queued), indptr_pairs.w_en.eq(pair_staged)]

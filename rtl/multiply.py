@@ -32,8 +32,12 @@ class RegisteredMultipliers:
 
 
 def registered(m: Module, value: Value, enable: Value, name: str) -> Signal:
-    """``value`` in a register named ``name`` that loads when ``enable`` is high (a pipeline stage)."""
-    reg = Signal(len(value), name=name)
+    """``value`` in a register named ``name`` that loads when ``enable`` is high (a pipeline stage).
+
+    The register is reset-less: a pipeline's data is qualified by its valid bits or its known
+    latency, so a (synchronous) reset of the block need not reach it, and the reset net's fan-out
+    stays with the control registers."""
+    reg = Signal(len(value), name=name, reset_less=True)
     with m.If(enable):
         m.d.sync += reg.eq(value)
     return reg

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
@@ -10,12 +10,23 @@ from amaranth.lib.wiring import In, Out
 from smartsage.spec import rng as spec_rng
 from smartsage.spec.descriptor import SPEC_MAX_FANOUT
 
-from .rng import MIX32_LATENCY, MULTIPLY_LATENCY, RejectionThreshold, mix32_pipelined, multiply_pipelined
+from .rng import (
+    MIX32_LATENCY,
+    MULTIPLY_LATENCY,
+    RejectionThreshold,
+    mix32_first_shift,
+    mix32_pipelined,
+    multiply_pipelined,
+)
 
-__all__ = ["PositionRequest", "PositionSampler", "DRAW_LATENCY"]
+__all__ = ["PositionRequest", "PositionSampler", "DRAW_LATENCY", "POSITION_BUFFER"]
 
 #: Stages from a draw's issue to its decision (two mix32 rounds, the bounded product, the decision).
 DRAW_LATENCY = 2 * MIX32_LATENCY + MULTIPLY_LATENCY + 1
+#: Entries of a sampler's output FIFO: a position taken frees room for a draw issued the next cycle
+#: and decided :data:`DRAW_LATENCY` cycles later, in the FIFO a cycle after that; with this many
+#: places the loop streams one position per cycle.
+POSITION_BUFFER = DRAW_LATENCY + 4
 
 #: One node to sample: its RNG key H_v, its degree d (>= 1) and the hop's fanout k.
 PositionRequest = data.StructLayout({"key": 32, "degree": 32, "fanout": 16})
@@ -30,14 +41,18 @@ class PositionSampler(wiring.Component):
 
     The draws are pipelined, one position per cycle in steady state, over :data:`DRAW_LATENCY`
     stages (for the ECP5 timing proxy's 150 MHz, no stage holds more than one 16x16 multiplication
-    or one carry chain): ``mix32(H_v ^ c)`` (:data:`~smartsage.rtl.rng.MIX32_LATENCY` stages),
+    or one carry chain): ``mix32(H_v ^ c)`` (:data:`~smartsage.rtl.rng.MIX32_LATENCY` stages, its
+    first xor-shift kept in a register stepped with c),
     ``mix32(. ^ DRAW_SALT)`` (as many), the product by ``j + 1``
     (:data:`~smartsage.rtl.rng.MULTIPLY_LATENCY`), then a decision stage that holds the product and
-    whether ``low < n``. Draws are issued speculatively with consecutive indices c (no rejection);
-    when the decision stage finds ``low < n`` it stalls for the exact threshold (a ~34-cycle
-    divider, probability n / 2^32 per draw) and, on a rejection, flushes the stages before it and
-    reissues from (j, c + 1). Positions leave through a two-entry FIFO, so neither ``ready`` nor the
-    membership test reaches the consumer's logic in the same cycle.
+    whether ``low < n``. No stage waits (no pipeline enable to fan out): draws are issued
+    speculatively with consecutive indices c, and only while the output FIFO
+    (:data:`POSITION_BUFFER` entries) has room for every draw in flight, so an accepted draw always
+    goes out. When the decision stage finds ``low < n`` (probability n / 2^32 per draw) it holds
+    that draw aside, flushes the draws behind it and waits for the exact threshold (a ~34-cycle
+    divider); a rejected draw is redrawn from (j, c + 1), an accepted one returns to the decision
+    stage and the draws resume from (j + 1, c + 1). Positions leave through the FIFO, so neither
+    ``ready`` nor the membership test reaches the consumer's logic in the same cycle.
 
     Parameters
     ----------
@@ -68,121 +83,149 @@ class PositionSampler(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.threshold = threshold = RejectionThreshold()
-        m.submodules.out = out = SyncFIFO(width=32, depth=2)
+        m.submodules.out = out = SyncFIFO(width=32, depth=POSITION_BUFFER)
 
         key = Signal(32)
         last_j = Signal(32)     # degree - 1
         degree = Signal(32)
         sequential = Signal(32)
         busy = Signal()
-        floyd = Signal()
-        next_j = Signal(33)     # next position index j to issue a draw for
-        next_n = Signal(33)     # j + 1, the range of its draw
+        listing = Signal()      # d <= k: the positions 0..d-1 go out
+        drawing = Signal()      # d > k: Floyd's draws
+        left = Signal(range(self.max_fanout + 1))   # positions j without a draw issued: d - (next j)
+        next_j = Signal(32)     # the next position index j to issue a draw for
         next_c = Signal(32)     # its draw index
+        # mix32's first step of H_v ^ next_c, stepped with next_c (the first stage starts at a register)
+        next_shifted = Signal(32)
         chosen = Array(Signal(32, name=f"chosen{i}") for i in range(self.max_fanout))
         chosen_valid = Signal(self.max_fanout)  # thermometer: chosen[i] holds a position
         count = Signal(range(self.max_fanout + 1))
+        # positions in the output FIFO plus draws issued and not yet decided: a draw is issued only
+        # while this is below the FIFO's depth, so every decided draw finds room and no stage waits
+        reserved = Signal(range(POSITION_BUFFER + 1))
 
-        # the draw pipeline: valid, n = j + 1, c ride along the data stages; all move on ``advance``
-        advance = Signal()      # stages move forward this cycle
+        # the draw pipeline: free-running (no enable); valid, n = j + 1 and c ride along the data
         issue = Signal()
+        flush = Signal()        # drop every draw behind the decision stage
         stages = DRAW_LATENCY - 1
         valids = [Signal(name=f"d{i}_valid") for i in range(stages)]
-        ns = [Signal(32, name=f"d{i}_n") for i in range(stages)]
-        cs = [Signal(32, name=f"d{i}_c") for i in range(stages)]
-        with m.If(advance):
-            m.d.sync += [valids[0].eq(issue), ns[0].eq(next_n), cs[0].eq(next_c)]
-            for i in range(1, stages):
-                m.d.sync += [valids[i].eq(valids[i - 1]), ns[i].eq(ns[i - 1]), cs[i].eq(cs[i - 1])]
-        first = mix32_pipelined(m, key ^ next_c, advance, name="draw_mix1")
-        second = mix32_pipelined(m, first ^ spec_rng.DRAW_SALT, advance, name="draw_mix2")
+        # (the data registers are reset-less: the valid bits qualify them, and the samplers' reset
+        # net reaches the control registers only)
+        ns = [Signal(32, name=f"d{i}_n", reset_less=True) for i in range(stages)]
+        cs = [Signal(32, name=f"d{i}_c", reset_less=True) for i in range(stages)]
+        # (the issue register holds j; from the next stage on the draw's range n = j + 1 rides along)
+        m.d.sync += [valids[0].eq(issue), ns[0].eq(next_j), cs[0].eq(next_c)]
+        for i in range(1, stages):
+            m.d.sync += [valids[i].eq(valids[i - 1] & ~flush), ns[i].eq(ns[i - 1] + 1 if i == 1 else ns[i - 1]),
+                         cs[i].eq(cs[i - 1])]
+        always = Const(1)
+        first = mix32_pipelined(m, next_shifted, always, name="draw_mix1", shifted=True)
+        second = mix32_pipelined(m, first ^ spec_rng.DRAW_SALT, always, name="draw_mix2")
         at_multiply = 2 * MIX32_LATENCY - 1
-        product = multiply_pipelined(m, second, ns[at_multiply], advance, name="draw_mul", platform=platform)
+        product = multiply_pipelined(m, second, ns[at_multiply], always, name="draw_mul", platform=platform)
 
-        # the decision stage
+        # the decision stage: takes the last stage's draw every cycle, or the held draw back (below)
         s_valid = Signal()
-        s_j, s_c, s_n = Signal(32), Signal(32), Signal(32)
-        s_m = Signal(64)
+        s_j, s_c, s_n = (Signal(32, name=f"s_{x}", reset_less=True) for x in "jcn")
+        s_m = Signal(64, reset_less=True)
         s_needs = Signal()     # low < n: the exact threshold decides
         s_last = Signal()      # j == d - 1
-        with m.If(advance):
-            m.d.sync += [s_valid.eq(valids[-1]), s_j.eq(ns[-1] - 1), s_c.eq(cs[-1]), s_n.eq(ns[-1]),
-                         s_m.eq(product), s_needs.eq(product[:32] < ns[-1]), s_last.eq(ns[-1] == degree)]
+        # the held draw: one with low < n waits here for its exact threshold while the pipeline is
+        # flushed; it is then dropped (rejected: redrawn from c + 1) or returned to the decision stage
+        h_busy = Signal()
+        h_pending = Signal()
+        h_j, h_c, h_n = (Signal(32, name=f"h_{x}", reset_less=True) for x in "jcn")
+        h_m = Signal(64, reset_less=True)
+        h_left = Signal(range(self.max_fanout + 1))   # d - j of the held draw
+        h_last = Signal()
         threshold_known = Signal()
         threshold_rejects = Signal()
-        threshold_pending = Signal()
+        returning = Signal()   # the held draw is accepted: it re-enters the decision stage (a register)
+        m.d.sync += returning.eq(0)
+        with m.If(returning):
+            m.d.sync += [s_valid.eq(1), s_j.eq(h_j), s_c.eq(h_c), s_n.eq(h_n), s_m.eq(h_m),
+                         s_needs.eq(0), s_last.eq(h_last)]
+        with m.Else():
+            m.d.sync += [s_valid.eq(valids[-1] & ~flush), s_j.eq(ns[-1] - 1), s_c.eq(cs[-1]), s_n.eq(ns[-1]),
+                         s_m.eq(product), s_needs.eq(product[:32] < ns[-1]), s_last.eq(ns[-1] == degree)]
 
-        low = s_m[:32]
         candidate = s_m[32:]
         hits = [(chosen[i] == candidate) & chosen_valid[i] for i in range(self.max_fanout)]
         hit = Signal()
         m.d.comb += hit.eq(Cat(*hits).any())
         position = Mux(hit, s_j, candidate)
-        reject = Signal()
-        decided = Signal()   # the decision stage holds a draw whose fate is known
-        m.d.comb += [
-            decided.eq(s_valid & (~s_needs | threshold_known)),
-            reject.eq(decided & s_needs & threshold_rejects),
-        ]
-        emit = Signal()
-        m.d.comb += emit.eq(decided & ~reject)
-        m.d.comb += advance.eq(~s_valid | (emit & out.w_rdy))
+        emit = Signal()        # the decision stage's draw is accepted: its position goes out
+        m.d.comb += [emit.eq(s_valid & ~s_needs), flush.eq(s_valid & s_needs)]
 
         m.d.comb += [self.positions.valid.eq(out.r_rdy), self.positions.payload.eq(out.r_data),
                      out.r_en.eq(self.positions.ready)]
+        taken = self.positions.valid & self.positions.ready
 
         # ---- request and the sequential mode
-        # A request is taken into registers; the next cycle (``starting``) derives the first draw's j
-        # and n from them, so no carry chain runs from the requester's registers through to ours.
-        starting = Signal()
-        fanout = Signal(16)
-        fanout_less1 = Signal(16)
-        m.d.comb += self.request.ready.eq(~busy)
+        # A request is taken into registers, with the first draw's j = d - k, the mode and the mix's
+        # first step worked out on the way in (one carry chain each): the first draw goes out the next
+        # cycle. (The requester's payload should come from its own registers.) The next node is taken
+        # only once at most two of this one's positions wait in the FIFO: a lane whose samplers took
+        # nodes as soon as their draws were out would hold work the other lanes could start (on the
+        # default build's cycle-count test, 3,334 cycles instead of 3,326).
+        m.d.comb += self.request.ready.eq(~busy & (out.level <= 2))
         with m.If(self.request.valid & self.request.ready):
             req = self.request.payload
-            m.d.sync += [key.eq(req.key), degree.eq(req.degree), last_j.eq(req.degree - 1), count.eq(0),
-                         fanout.eq(req.fanout), fanout_less1.eq(req.fanout - 1),
-                         chosen_valid.eq(0), sequential.eq(0), s_valid.eq(0), *(v.eq(0) for v in valids),
-                         threshold_known.eq(0), busy.eq(1), starting.eq(1), next_c.eq(0)]
-        with m.If(starting):
-            m.d.sync += [starting.eq(0), floyd.eq(degree > fanout),
-                         next_j.eq(degree - fanout), next_n.eq(degree - fanout_less1)]
-        with m.If(busy & ~starting & ~floyd):
-            m.d.comb += [out.w_en.eq(1), out.w_data.eq(sequential)]
+            m.d.sync += [key.eq(req.key), degree.eq(req.degree), count.eq(0),
+                         chosen_valid.eq(0), sequential.eq(0), busy.eq(1), next_c.eq(0),
+                         next_shifted.eq(mix32_first_shift(req.key)),
+                         listing.eq(req.degree <= req.fanout), drawing.eq(req.degree > req.fanout),
+                         last_j.eq(req.degree - 1), left.eq(req.fanout), next_j.eq(req.degree - req.fanout)]
+        written = Signal()     # a position enters the output FIFO
+        with m.If(listing):
+            m.d.comb += [out.w_en.eq(1), out.w_data.eq(sequential), written.eq(out.w_rdy)]
             with m.If(out.w_rdy):
                 m.d.sync += sequential.eq(sequential + 1)
                 with m.If(sequential == last_j):
-                    m.d.sync += busy.eq(0)
+                    m.d.sync += [busy.eq(0), listing.eq(0)]
 
-        # ---- Floyd: output of the decision stage
-        with m.If(busy & ~starting & floyd):
+        # ---- Floyd: output of the decision stage (room was reserved when the draw was issued)
+        with m.If(drawing):
             m.d.comb += [out.w_en.eq(emit), out.w_data.eq(position)]
-            with m.If(emit & out.w_rdy):
+            with m.If(emit):
                 with m.Switch(count):
                     for i in range(self.max_fanout):
                         with m.Case(i):
                             m.d.sync += chosen[i].eq(position)
-                m.d.sync += [count.eq(count + 1), chosen_valid.eq(Cat(1, chosen_valid[:-1])),
-                             threshold_known.eq(0)]
+                m.d.sync += [count.eq(count + 1), chosen_valid.eq(Cat(1, chosen_valid[:-1]))]
                 with m.If(s_last):
-                    m.d.sync += busy.eq(0)
+                    m.d.sync += [busy.eq(0), drawing.eq(0)]
 
-            # slow path: the exact threshold for the decision stage's range
-            with m.If(s_valid & s_needs & ~threshold_known & ~threshold_pending):
-                m.d.comb += [threshold.i.valid.eq(1), threshold.i.payload.eq(s_n)]
+            # slow path: hold the draw, flush the ones behind it, ask for the exact threshold
+            with m.If(flush):
+                m.d.sync += [h_busy.eq(1), h_j.eq(s_j), h_c.eq(s_c), h_n.eq(s_n), h_m.eq(s_m),
+                             h_last.eq(s_last), h_left.eq(degree - s_j), threshold_known.eq(0)]
+            with m.If(h_busy & ~h_pending & ~threshold_known):
+                m.d.comb += [threshold.i.valid.eq(1), threshold.i.payload.eq(h_n)]
                 with m.If(threshold.i.ready):
-                    m.d.sync += threshold_pending.eq(1)
-            m.d.comb += threshold.o.ready.eq(threshold_pending)
-            with m.If(threshold.o.valid & threshold_pending):
-                m.d.sync += [threshold_pending.eq(0), threshold_known.eq(1),
-                             threshold_rejects.eq(low < threshold.o.payload)]
+                    m.d.sync += h_pending.eq(1)
+            m.d.comb += threshold.o.ready.eq(h_pending)
+            with m.If(threshold.o.valid & h_pending):
+                m.d.sync += [h_pending.eq(0), threshold_known.eq(1),
+                             threshold_rejects.eq(h_m[:32] < threshold.o.payload),
+                             returning.eq(h_m[:32] >= threshold.o.payload)]
+            with m.If(h_busy & threshold_known):
+                m.d.sync += [h_busy.eq(0), threshold_known.eq(0)]
+                m.d.sync += [next_c.eq(h_c + 1), next_shifted.eq(mix32_first_shift(key ^ (h_c + 1)))]
+                with m.If(threshold_rejects):   # redraw j
+                    m.d.sync += [left.eq(h_left), next_j.eq(h_j)]
+                with m.Else():
+                    m.d.sync += [left.eq(h_left - 1), next_j.eq(h_j + 1)]
+            with m.Elif(~flush & ~h_busy & (reserved != POSITION_BUFFER) & (left != 0)):
+                m.d.comb += issue.eq(1)
+                m.d.sync += [left.eq(left - 1), next_j.eq(next_j + 1), next_c.eq(next_c + 1),
+                             next_shifted.eq(mix32_first_shift(key ^ (next_c + 1)))]
 
-            with m.If(reject):
-                # flush the speculative draws and redo position j from the next draw index
-                m.d.sync += [s_valid.eq(0), *(v.eq(0) for v in valids),
-                             threshold_known.eq(0), next_j.eq(s_j), next_n.eq(s_n), next_c.eq(s_c + 1)]
-            with m.Elif(advance):
-                m.d.comb += issue.eq(next_j != degree)
-                with m.If(issue):
-                    m.d.sync += [next_j.eq(next_j + 1), next_n.eq(next_n + 1), next_c.eq(next_c + 1)]
+        # reserved: +1 for a draw issued or a sequential position written, -1 for a position taken;
+        # a flush drops the draws behind the held one (it keeps its place), a rejection drops it
+        with m.If(flush):
+            m.d.sync += reserved.eq(out.level + 1 - taken)
+        with m.Else():
+            dropped = h_busy & threshold_known & threshold_rejects
+            m.d.sync += reserved.eq(reserved + (issue | written) - taken - dropped)
         return m

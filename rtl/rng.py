@@ -20,8 +20,8 @@ from smartsage.spec import rng as spec_rng
 
 from .multiply import product16, registered
 
-__all__ = ["mix32", "mix32_pipelined", "multiply_pipelined", "csd_digits", "MIX32_LATENCY", "MULTIPLY_LATENCY",
-           "RejectionThreshold"]
+__all__ = ["mix32", "mix32_first_shift", "mix32_pipelined", "multiply_pipelined", "csd_digits", "MIX32_LATENCY",
+           "MULTIPLY_LATENCY", "RejectionThreshold"]
 
 #: Register stages of :func:`mix32_pipelined`: four adder levels per constant multiplication.
 MIX32_LATENCY = 8
@@ -82,14 +82,23 @@ def _constant_product_low(m, a, constant, enable, name, post=None):
     return nodes[0][1]
 
 
-def mix32_pipelined(m: Module, x: Value, enable: Value, name: str = "mix") -> Signal:
+def mix32_first_shift(x: Value) -> Value:
+    """lowbias32's first step, ``x ^ (x >> 16)``: a caller that holds ``x`` in a register it steps
+    (a counter) may register this instead and pass it as ``mix32_pipelined(..., shifted=True)``."""
+    x = Value.cast(x)[:32]
+    return x ^ (x >> 16)
+
+
+def mix32_pipelined(m: Module, x: Value, enable: Value, name: str = "mix", shifted: bool = False) -> Signal:
     """lowbias32 of ``x`` (bit-exact with ``mix32``), :data:`MIX32_LATENCY` cycles later: every stage
     moves when ``enable`` is high (the caller's pipeline enable), so the result belongs to the ``x``
     presented :data:`MIX32_LATENCY` enabled cycles before. No multiplier: each constant multiplication
     is a four-level adder tree over the constant's signed digits (:func:`csd_digits`), one adder per
-    stage; each xor-shift shares a stage with the adder next to it."""
+    stage; each xor-shift shares a stage with the adder next to it. With ``shifted``, ``x`` is
+    already :func:`mix32_first_shift` of the input."""
     x = Value.cast(x)[:32]
-    first = _constant_product_low(m, x ^ (x >> 16), spec_rng.MIX_MUL1, enable, f"{name}_m1")
+    first = _constant_product_low(m, x if shifted else mix32_first_shift(x), spec_rng.MIX_MUL1, enable,
+                                  f"{name}_m1")
     return _constant_product_low(m, first ^ (first >> 15), spec_rng.MIX_MUL2, enable, f"{name}_m2",
                                  post=lambda v: v ^ (v >> 16))
 

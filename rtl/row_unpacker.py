@@ -8,6 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from .axi import ADDRESS_WIDTH, check_data_width
 from .burst_reader import beat_layout
+from .compare import at_most
 
 __all__ = ["RowUnpacker", "unit_layout"]
 
@@ -18,13 +19,6 @@ def unit_layout(data_width: int) -> data.StructLayout:
     came from was answered with an error (``address`` names that beat)."""
     check_data_width(data_width)
     return data.StructLayout({"data": data_width, "last": 1, "error": 1, "address": ADDRESS_WIDTH})
-
-
-def _at_most(value, bound):
-    """``value <= bound`` for a wide ``value`` and a narrow ``bound``: the high bits zero and a compare
-    of ``len(bound)`` bits (no carry chain as wide as ``value``)."""
-    bits = len(bound)
-    return (value[bits:] == 0) & (value[:bits] <= bound)
 
 
 class RowUnpacker(wiring.Component):
@@ -76,7 +70,7 @@ class RowUnpacker(wiring.Component):
         m.d.comb += [
             needs_next.eq((start + unit_bytes > data_bytes) & ~cur.last),
             # the request's bytes left fit this unit: a short compare (a unit is at most a beat)
-            last_unit.eq(_at_most(Mux(fresh, cur.length, left), unit_bytes)),
+            last_unit.eq(at_most(Mux(fresh, cur.length, left), unit_bytes)),
             self.units.valid.eq(valid[0] & (~needs_next | valid[1])),
             self.units.payload.data.eq(Cat(cur.data, nxt.data).bit_select(Cat(Const(0, 3), start[:-1]), width)),
             self.units.payload.last.eq(last_unit),

@@ -14,6 +14,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 from smartsage.rtl.axi import AxiLiteSignature, check_data_width
+from smartsage.rtl.compare import at_most, below
 from smartsage.rtl.control import ARGUMENTS, ControlRegisters, register_offset
 from smartsage.rtl.kernel import IMAGE_WORDS, SamplerKernel
 from smartsage.rtl.multiply import multiply_add_latency, multiply_add_low
@@ -35,6 +36,23 @@ def _seed() -> int:
     seed = random.SystemRandom().randrange(1 << 30)
     print(f"test seed {seed}")
     return seed
+
+
+async def _tick_until(ctx, signal, what: str, limit: int = 20_000):
+    """``await ctx.tick().until(signal)`` that fails after ``limit`` cycles instead of hanging."""
+    for _ in range(limit):
+        *_, value = await ctx.tick().sample(signal)
+        if value:
+            return
+    raise AssertionError(f"{what}: not within {limit} cycles")
+
+
+async def _request_positions(ctx, sampler, key: int, degree: int, fanout: int):
+    """Offers one node to a ``PositionSampler`` until it is taken (``valid`` is left high)."""
+    sampler_request = sampler.request
+    ctx.set(sampler_request.payload, {"key": key, "degree": degree, "fanout": fanout})
+    ctx.set(sampler_request.valid, 1)
+    await _tick_until(ctx, sampler_request.ready, f"request {key, degree, fanout} taken")
 
 
 def _reference_positions(key: int, degree: int, fanout: int) -> list[int]:
@@ -261,6 +279,28 @@ def test_rejection_threshold_matches_remainder():
     sim.run()
 
 
+def test_wide_against_narrow_compares():
+    """``at_most`` / ``below`` (a wide value against a narrow bound, with no wide carry chain) equal
+    ``<=`` / ``<`` for every 7-bit value against every 3-bit bound, and against a constant bound."""
+    m = Module()
+    value, bound = Signal(7), Signal(3)
+    le, lt, le_const, lt_const = Signal(), Signal(), Signal(), Signal()
+    m.d.comb += [le.eq(at_most(value, bound)), lt.eq(below(value, bound)),
+                 le_const.eq(at_most(value, 5)), lt_const.eq(below(value, 5))]
+
+    async def bench(ctx):
+        for v in range(1 << 7):
+            for b in range(1 << 3):
+                ctx.set(value, v)
+                ctx.set(bound, b)
+                assert (ctx.get(le), ctx.get(lt)) == (v <= b, v < b), (v, b)
+                assert (ctx.get(le_const), ctx.get(lt_const)) == (v <= 5, v < 5), v
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+
+
 def test_position_sampler_matches_floyd():
     rng = random.Random(_seed())
     dut = PositionSampler(16)
@@ -274,12 +314,12 @@ def test_position_sampler_matches_floyd():
 
     async def bench(ctx):
         for key, degree, fanout in cases:
-            ctx.set(dut.request.payload, {"key": key, "degree": degree, "fanout": fanout})
-            ctx.set(dut.request.valid, 1)
-            await ctx.tick().until(dut.request.ready)
+            await _request_positions(ctx, dut, key, degree, fanout)
             ctx.set(dut.request.valid, 0)
             got = []
-            while len(got) < min(degree, fanout):
+            for _ in range(20_000):
+                if len(got) == min(degree, fanout):
+                    break
                 ctx.set(dut.positions.ready, rng.random() < 0.7)
                 _, _, valid, ready, position = await ctx.tick().sample(
                     dut.positions.valid, dut.positions.ready, dut.positions.payload)
@@ -292,6 +332,75 @@ def test_position_sampler_matches_floyd():
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
+
+
+def test_position_sampler_takes_requests_while_positions_wait():
+    """Requests are offered as soon as the sampler is free, while the previous node's positions still
+    wait in its FIFO for a consumer that stalls (600 cycles, then at random): none is lost,
+    overwritten or reordered."""
+    rng = random.Random(_seed())
+    dut = PositionSampler(16)
+    cases = [(rng.getrandbits(32), rng.choice([rng.randint(1, 40), rng.randint(17, 100_000)]), rng.randint(1, 16))
+             for _ in range(40)]
+    for at in range(0, len(cases), 5):  # rejections (about half the draws) while earlier positions wait
+        cases.insert(at, (rng.getrandbits(32), (1 << 31) + rng.randint(1, 1000), rng.randint(8, 16)))
+    expected = [p for case in cases for p in _reference_positions(*case)]
+    got = []
+
+    async def requester(ctx):
+        for key, degree, fanout in cases:
+            await _request_positions(ctx, dut, key, degree, fanout)
+        ctx.set(dut.request.valid, 0)
+
+    async def consumer(ctx):
+        for cycle in range(200_000):
+            if len(got) == len(expected):
+                break
+            # first a long stall: the FIFO fills to its last place right after the first node's flushes
+            ctx.set(dut.positions.ready, cycle > 600 and rng.random() < 0.2)
+            _, _, valid, ready, position = await ctx.tick().sample(
+                dut.positions.valid, dut.positions.ready, dut.positions.payload)
+            if valid and ready:
+                got.append(position)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(requester, background=True)
+    sim.add_testbench(consumer)
+    sim.run()
+    assert got == expected
+
+
+def test_position_sampler_streams_one_position_per_cycle():
+    """With a fanout above the FIFO's depth, a consumer that waited until the FIFO filled and is then
+    always ready gets one position per cycle to the end: the room a position frees is refilled in
+    time (the FIFO's depth covers the draw pipeline's loop)."""
+    from smartsage.rtl.position_sampler import POSITION_BUFFER
+
+    fanout = 2 * POSITION_BUFFER + 3
+    key, degree = 0x2545F491, 1000  # no draw of this node takes the slow path (low < n)
+    dut = PositionSampler(fanout)
+    cycles = []
+
+    async def bench(ctx):
+        await _request_positions(ctx, dut, key, degree, fanout)
+        ctx.set(dut.request.valid, 0)
+        await ctx.tick().repeat(3 * POSITION_BUFFER)
+        ctx.set(dut.positions.ready, 1)
+        got, cycle = [], 0
+        while len(got) < fanout and cycle < 10 * fanout:
+            _, _, valid, position = await ctx.tick().sample(dut.positions.valid, dut.positions.payload)
+            cycle += 1
+            if valid:
+                got.append(position)
+                cycles.append(cycle)
+        assert got == _reference_positions(key, degree, fanout)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert cycles == list(range(1, fanout + 1)), f"gaps in the stream: {cycles}"
 
 
 class _LiteHost:

@@ -48,6 +48,15 @@ def test_unknown_block_or_variant_is_named():
         formal.harness("fifo")
     with pytest.raises(KeyError, match="No broken variant 'nope' of 'control'"):
         formal.harness("control", "nope")
+    with pytest.raises(ValueError, match="'control' is proved in one run"):
+        formal.harness("control", part=0)
+
+
+def test_sequencer_writes_parts_are_its_properties_in_order():
+    """One part per property, the invariants before the port properties they support."""
+    check = formal.CHECKS["sequencer_writes"]
+    assert check.parts == kernel_writes.PART_ORDER
+    assert check.parts[-1] == "field_windows" and len(set(check.parts)) == len(check.parts)
 
 
 def test_missing_yosys_abc_is_named(monkeypatch, tmp_path):

@@ -210,7 +210,8 @@ class FormalCheck:
 
     ``mode`` is ``prove`` (k-induction: a bounded base case of ``depth`` steps and an induction step
     of ``depth``; or PDR with ``abc pdr``) or ``bmc`` (bounded: every trace of ``depth`` cycles
-    from reset).
+    from reset). ``parts`` names the properties of a check proved one run each, in order, each
+    run assuming what the earlier ones proved (see ``kernel_writes.ordered_parts``); empty: one run.
     """
 
     name: str
@@ -219,10 +220,11 @@ class FormalCheck:
     depth: int
     why: str
     engine: str = "smtbmc z3"
+    parts: tuple[str, ...] = ()
 
-    def build(self, variant: str | None = None) -> Harness:
+    def build(self, variant: str | None = None, part: int | None = None) -> Harness:
         from . import harness
-        return harness(self.block, variant, inductive_only=self.mode == "prove")
+        return harness(self.block, variant, inductive_only=self.mode == "prove", part=part)
 
 
 @dataclasses.dataclass
@@ -283,18 +285,42 @@ def run_check(check: FormalCheck, workdir: str | os.PathLike, variant: str | Non
     # smtbmc starts `z3` by name: put the one found (the z3-solver wheel's, in the venv's bin/) first on PATH
     env = dict(os.environ, PATH=os.path.dirname(z3) + os.pathsep + os.environ.get("PATH", ""))
     workdir = pathlib.Path(workdir)
+    tag = check.name + (f"_{variant}" if variant else "")
+    started = time.monotonic()
+    cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if not check.parts:
+        status, log = _run_sby(check, check.build(variant), workdir, tag, (sby, yosys, smtbmc), env, timeout)
+    else:
+        # one run per part, in order; the first that does not pass decides (the later ones assume it)
+        logs = []
+        for i, name in enumerate(check.parts):
+            left = timeout - (time.monotonic() - started)
+            status, log = _run_sby(check, check.build(variant, part=i), workdir / f"part{i}_{name}",
+                                   f"{tag}_{name}", (sby, yosys, smtbmc), env, max(left, 1.0))
+            logs.append(f"==== part {i} ({name}): {status}\n{log}")
+            if status != "PASS":
+                break
+        log = "\n".join(logs)
+    cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    seconds = time.monotonic() - started
+    cpu = (cpu_after.ru_utime + cpu_after.ru_stime) - (cpu_before.ru_utime + cpu_before.ru_stime)
+    if check.parts:
+        workdir = workdir / f"part{len(logs) - 1}_{check.parts[len(logs) - 1]}"
+        tag = f"{tag}_{check.parts[len(logs) - 1]}"
+    return FormalResult(check.name, variant, check.mode, check.depth, status, seconds, log, workdir / tag, cpu)
+
+
+def _run_sby(check: FormalCheck, top: Harness, workdir: pathlib.Path, tag: str, tools, env, timeout: float):
+    """One SymbiYosys run of harness ``top`` in ``workdir``: (status, log)."""
+    sby, yosys, smtbmc = tools
     workdir.mkdir(parents=True, exist_ok=True)
-    top = check.build(variant)
     fragment = Fragment.get(top, None)  # elaborate first: the free inputs are created by elaborate()
     (workdir / "harness.il").write_text(rtlil.convert(fragment, name="top", ports=top.ports()))
-    tag = check.name + (f"_{variant}" if variant else "")
     (workdir / f"{tag}.sby").write_text("\n".join([
         "[options]", f"mode {check.mode}", f"depth {check.depth}", "",
         "[engines]", check.engine, "",
         "[script]", "read_rtlil harness.il", "prep -top top", "",
         "[files]", "harness.il", ""]))
-    started = time.monotonic()
-    cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     # a session of its own: on a timeout the solvers sby started are ended with it
     proc = subprocess.Popen([sby, "--yosys", yosys, "--smtbmc", smtbmc, "-f", f"{tag}.sby"], cwd=workdir,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
@@ -304,10 +330,7 @@ def run_check(check: FormalCheck, workdir: str | os.PathLike, variant: str | Non
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         log, _ = proc.communicate()
-        log += f"\nTIMEOUT after {timeout} s\n"
-    cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    seconds = time.monotonic() - started
-    cpu = (cpu_after.ru_utime + cpu_after.ru_stime) - (cpu_before.ru_utime + cpu_before.ru_stime)
+        log += f"\nTIMEOUT after {timeout:.0f} s\n"
     status = "ERROR"
     for word in ("PASS", "FAIL", "UNKNOWN", "ERROR"):
         if f"DONE ({word}" in log:
@@ -317,4 +340,4 @@ def run_check(check: FormalCheck, workdir: str | os.PathLike, variant: str | Non
         # ABC found a counterexample; this sby cannot convert ABC's witness when the design has
         # assumptions ("number of inputs does not match"), so the failing frame is all it reports
         status = "FAIL"
-    return FormalResult(check.name, variant, check.mode, check.depth, status, seconds, log, workdir / tag, cpu)
+    return status, log

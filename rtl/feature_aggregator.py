@@ -392,8 +392,9 @@ class FeatureAggregator(wiring.Component):
         chunk_start = Signal(32)        # first element of the chunk
         released = Signal(64)           # entries whose every chunk was issued
         k = group_k[issue_group]
-        # the chunk's figures, registered in the I_CHUNK state (one cycle before its first read)
-        remaining = p.feature_dim - chunk_start
+        # the chunk's figures, registered in the I_CHUNK state (one cycle before its first read),
+        # from the elements left (F - chunk_start, a register stepped with chunk_start)
+        remaining = Signal(32)
         chunk_len = Signal(16)          # elements in this chunk
         chunk_offset = Signal(len(chunk_start) + 2)
         chunk_bytes = Signal(16)
@@ -477,7 +478,7 @@ class FeatureAggregator(wiring.Component):
         with m.FSM(name="issue"):
             with m.State("I_IDLE"):
                 with m.If(running & group_full[issue_group]):
-                    m.d.sync += [chunk_start.eq(0), issue_j.eq(0)]
+                    m.d.sync += [chunk_start.eq(0), remaining.eq(p.feature_dim), issue_j.eq(0)]
                     restart_active()
                     m.next = "I_CHUNK"
             with m.State("I_CHUNK"):   # samples first (if any), then the self rows
@@ -493,7 +494,8 @@ class FeatureAggregator(wiring.Component):
                     m.d.sync += chunk_fresh.eq(0)
                     with m.If(chunk_last):
                         m.d.sync += [issue_bank.eq(~issue_bank), issue_j.eq(0),
-                                     chunk_start.eq(chunk_start + chunk_elements)]
+                                     chunk_start.eq(chunk_start + chunk_elements),
+                                     remaining.eq(remaining - chunk_elements)]
                         restart_active()
                         with m.If(group_done):     # the group's last chunk
                             m.d.sync += [group_full[issue_group].eq(0), issue_group.eq(~issue_group),

@@ -24,9 +24,10 @@ __all__ = ["PositionRequest", "PositionSampler", "DRAW_LATENCY", "POSITION_BUFFE
 #: Stages from a draw's issue to its decision (two mix32 rounds, the bounded product, the decision).
 DRAW_LATENCY = 2 * MIX32_LATENCY + MULTIPLY_LATENCY + 1
 #: Entries of a sampler's output FIFO: a position taken frees room for a draw issued the next cycle
-#: and decided :data:`DRAW_LATENCY` cycles later, in the FIFO a cycle after that; with this many
-#: places the loop streams one position per cycle.
-POSITION_BUFFER = DRAW_LATENCY + 4
+#: and decided :data:`DRAW_LATENCY` cycles later, in the FIFO a cycle after that, and the room for it
+#: is known from a flag registered a cycle before (one place short); with this many places the
+#: loop streams one position per cycle.
+POSITION_BUFFER = DRAW_LATENCY + 5
 
 #: One node to sample: its RNG key H_v, its degree d (>= 1) and the hop's fanout k.
 PositionRequest = data.StructLayout({"key": 32, "degree": 32, "fanout": 16})
@@ -103,6 +104,11 @@ class PositionSampler(wiring.Component):
         # positions in the output FIFO plus draws issued and not yet decided: a draw is issued only
         # while this is below the FIFO's depth, so every decided draw finds room and no stage waits
         reserved = Signal(range(POSITION_BUFFER + 1))
+        # room for one more draw: ``reserved`` was below POSITION_BUFFER - 1 a cycle before (it grows
+        # by at most one a cycle, so it is below POSITION_BUFFER now). A register, so no compare of
+        # the count sits between it and its own update through ``issue``
+        room = Signal()
+        m.d.sync += room.eq(reserved < POSITION_BUFFER - 1)
 
         # the draw pipeline: free-running (no enable); valid, n = j + 1 and c ride along the data
         issue = Signal()
@@ -219,16 +225,23 @@ class PositionSampler(wiring.Component):
                     m.d.sync += [left.eq(h_left), next_j.eq(h_j)]
                 with m.Else():
                     m.d.sync += [left.eq(h_left - 1), next_j.eq(h_j + 1)]
-            with m.Elif(~flush & ~h_busy & (reserved != POSITION_BUFFER) & (left != 0)):
+            with m.Elif(~flush & ~h_busy & room & (left != 0)):
                 m.d.comb += issue.eq(1)
                 m.d.sync += [left.eq(left - 1), next_j.eq(next_j + 1), next_c.eq(next_c + 1),
                              next_shifted.eq(mix32_first_shift(key ^ (next_c + 1)))]
 
         # reserved: +1 for a draw issued or a sequential position written, -1 for a position taken;
-        # a flush drops the draws behind the held one (it keeps its place), a rejection drops it
+        # a flush drops the draws behind the held one (it keeps its place), a rejection drops it.
+        # The count's next values are added from the register alone and picked by the three events
+        # (no carry chain behind ``issue`` or ``taken``).
+        dropped = h_busy & threshold_known & threshold_rejects
+        up = issue | written
         with m.If(flush):
-            m.d.sync += reserved.eq(out.level + 1 - taken)
-        with m.Else():
-            dropped = h_busy & threshold_known & threshold_rejects
-            m.d.sync += reserved.eq(reserved + (issue | written) - taken - dropped)
+            m.d.sync += reserved.eq(Mux(taken, out.level, out.level + 1))
+        with m.Elif(up & ~taken & ~dropped):
+            m.d.sync += reserved.eq(reserved + 1)
+        with m.Elif(~up & taken & dropped):
+            m.d.sync += reserved.eq(reserved - 2)
+        with m.Elif((taken ^ dropped) ^ up):     # one down and none up, or two down and one up
+            m.d.sync += reserved.eq(reserved - 1)
         return m

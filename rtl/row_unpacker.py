@@ -27,7 +27,9 @@ class RowUnpacker(wiring.Component):
     Two beats are held (the one being read and the next); a unit is taken from the byte pointer
     across both, so a request starting anywhere in a beat, and units straddling beats, cost no extra
     cycle: one unit per cycle, a beat consumed every ``data_width / 8 / U`` units. The unit size
-    ``U = 2 ** unit_log2`` bytes (at most one beat) may change between commands.
+    ``U = 2 ** unit_log2`` bytes (at most one beat) may change between commands; it is registered
+    (with the last start of a unit inside one beat, ``data_width / 8 - U``), so it takes effect a
+    cycle after it is set, and no adder of it sits in front of the unit handshake.
 
     Parameters
     ----------
@@ -60,7 +62,9 @@ class RowUnpacker(wiring.Component):
         fresh = Signal(init=1)                   # slot 0 starts a request: the pointer is its offset
         left = Signal(32)                        # request bytes not yet unpacked (when not fresh)
         unit_bytes = Signal(range(data_bytes + 1))
-        m.d.comb += unit_bytes.eq(Const(1, unit_bytes.shape()) << self.unit_log2)
+        last_inside = Signal(range(data_bytes))     # the last byte a unit may start at within the beat
+        m.d.sync += [unit_bytes.eq(Const(1, unit_bytes.shape()) << self.unit_log2),
+                     last_inside.eq(data_bytes - (Const(1, unit_bytes.shape()) << self.unit_log2))]
 
         cur, nxt = slots
         start = Signal(range(2 * data_bytes))
@@ -68,7 +72,7 @@ class RowUnpacker(wiring.Component):
         needs_next = Signal()
         last_unit = Signal()
         m.d.comb += [
-            needs_next.eq((start + unit_bytes > data_bytes) & ~cur.last),
+            needs_next.eq((start > last_inside) & ~cur.last),     # start + unit_bytes > data_bytes
             # the request's bytes left fit this unit: a short compare (a unit is at most a beat)
             last_unit.eq(at_most(Mux(fresh, cur.length, left), unit_bytes)),
             self.units.valid.eq(valid[0] & (~needs_next | valid[1])),

@@ -92,9 +92,10 @@ class CommandSequencer(KernelBlock):
     write_error_address : ``In(64)``
         The write combiner's flush, clear, idle and first error.
     clear_jobs : ``Out(1)``
-        A command starts or ends: the prefetcher, dispatcher, lanes and aggregator are cleared.
+        A command started or is ending (a register, a cycle after): the prefetcher, dispatcher,
+        lanes and aggregator are cleared.
     reset_samplers : ``Out(1)``
-        A command starts: the position samplers are reset.
+        A command started (a register, a cycle after): the position samplers are reset.
     abandon : ``Out(1)``
         The command ends: work in flight is dropped.
     drain_reads : ``Out(1)``
@@ -155,7 +156,13 @@ class CommandSequencer(KernelBlock):
         cfg = self.config
         data_bytes = cfg.data_bytes
         fields_out = self.fields
-        job_reset, sampler_reset, finishing = self.clear_jobs, self.reset_samplers, self.abandon
+        finishing = self.abandon
+        # the clears reach every lane's samplers and the aggregator as synchronous resets: they leave
+        # as flip-flops, a cycle after their cause (the whole kernel's critical path on the ECP5 proxy
+        # was the start decoded from the state into those resets, 56.1 MHz), so no block is cleared
+        # in the cycle a command starts or its FINISH begins, only the next
+        job_reset, sampler_reset = Signal(), Signal()
+        m.d.sync += [self.clear_jobs.eq(job_reset), self.reset_samplers.eq(sampler_reset)]
         drain_storage, aggregating = self.drain_reads, self.aggregating
 
         # ---- command state

@@ -2,7 +2,8 @@
 
 The *issuer* turns each job's positions into index reads (several jobs' reads in flight at once,
 up to ``outstanding_reads``); the *collector* takes the answers in order and appends the ids to
-the node list at the job's reserved place. A job with d > k runs a position sampler and reads one
+the node list at the job's reserved place (:class:`~smartsage.rtl.node_list_collector.NodeListCollector`,
+its own block). A job with d > k runs a position sampler and reads one
 id per position; a job with d <= k takes all its d consecutive ids, read a beat at a time
 (*dense*: up to data_width / 32 ids per read). Lanes finish their jobs in any order: each id's
 place was fixed at dispatch. Addresses are computed once per job (shifts, no multiplications) and
@@ -12,7 +13,7 @@ stepped in registers.
 from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Module, Mux, ResetInserter, Signal
-from amaranth.lib import data, stream
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
@@ -21,6 +22,8 @@ from smartsage.spec.config import KernelConfig
 from .axi import ADDRESS_WIDTH
 from .job_dispatcher import node_job_layout
 from .kernel_block import KernelBlock, check_kernel_config
+from .node_list_collector import NodeListCollector, answer_layout, id_offset
+from .node_list_collector import collect_layout as node_list_collector_layout
 from .position_sampler import DRAW_LATENCY, PositionSampler
 from .tagged_read_stream import ReadPortSignature
 from .write_combiner import AppendWord
@@ -36,11 +39,6 @@ __all__ = ["EdgeStreamer", "SAMPLERS_PER_LANE", "ANSWER_DEPTH", "id_offset", "id
 SAMPLERS_PER_LANE = -(-(DRAW_LATENCY + 2 + 10) // 6)
 #: Answers (beats) a lane holds between its read channel and its collector.
 ANSWER_DEPTH = 32
-
-
-def id_offset(wide_ids, index):
-    """``index`` node ids in bytes (a shift, not a multiplication)."""
-    return Mux(wide_ids, index << 3, index << 2)
 
 
 def ids_tag_shape(data_width: int) -> range:
@@ -119,8 +117,6 @@ class EdgeStreamer(KernelBlock):
         answered = port.response.valid & port.response.ready
         answer_ids = port.answer_tag
         issuer_idle = Signal()
-        collector_idle = Signal()
-        collector_error = Signal()
         pending = Signal(range(cfg.outstanding_reads + 1))  # reads unanswered
         m.d.sync += pending.eq(pending + (port.request.valid & port.request.ready) - answered)
         with m.If(job_reset):
@@ -130,7 +126,7 @@ class EdgeStreamer(KernelBlock):
         # ticket for the streaming half and the job's place for the collector (all in one cycle)
         job_layout = node_job_layout(cfg.max_fanout)
         # a job's place in the node list as a device address (nodes_ptr + base x id size), computed at dispatch
-        collect_layout = data.StructLayout({"count": range(cfg.max_fanout + 1), "address": 64})
+        collect_layout = node_list_collector_layout(cfg.max_fanout)
         ticket_layout = data.StructLayout({"sampler": range(SAMPLERS_PER_LANE), "dense": 1,
                                            "count": range(cfg.max_fanout + 1), "edge_address": 64})
         # a ticket per sampler: a sampled job's draws start when its ticket is queued, so every sampler
@@ -252,11 +248,9 @@ class EdgeStreamer(KernelBlock):
 
         # the answers leave the read channel at once (a beat FIFO), so an answer that holds several
         # ids never stops the reads behind it
-        answer_layout = data.StructLayout({"beat": cfg.data_width, "address": 64, "error": 1,
-                                           "ids": range(ids_per_beat + 1)})
-        answers = SyncFIFO(width=answer_layout.size, depth=ANSWER_DEPTH)
+        answers = SyncFIFO(width=answer_layout(cfg.data_width).size, depth=ANSWER_DEPTH)
         m.submodules.answers = ResetInserter(job_reset)(answers)
-        answer_in = Signal(answer_layout)
+        answer_in = Signal(answer_layout(cfg.data_width))
         m.d.comb += [
             answer_in.beat.eq(port.beat), answer_in.address.eq(port.response.payload.address),
             answer_in.error.eq(port.response.payload.error), answer_in.ids.eq(answer_ids),
@@ -264,39 +258,18 @@ class EdgeStreamer(KernelBlock):
             port.response.ready.eq(answers.w_rdy),
         ]
         # the collector: one id per cycle, at the job's place (base + i), job after job
-        head = answer_layout(answers.r_data)
-        job = collect_layout(collects.r_data)
-        taken = Signal(range(ids_per_beat))          # ids of the head answer
-        appended = Signal(range(cfg.max_fanout))     # ids of the job
-        offset = Signal(beat_log2 + 1)
-        append_address = Signal(64)  # the next id's, within a job
-        m.d.comb += offset.eq(head.address[:beat_log2] + id_offset(wide_ids, taken))
-        wide_id = head.beat.word_select(offset[3:beat_log2], 64) if data_bytes > 8 else head.beat
-        narrow_id = head.beat.word_select(offset[2:beat_log2], 32)
-        m.d.comb += collector_idle.eq(collector_error | (~answers.r_rdy & ~collects.r_rdy))
-        with m.If(~finishing & ~collector_error):
-            m.d.comb += [
-                appends.valid.eq(answers.r_rdy & collects.r_rdy & ~head.error),
-                appends.payload.address.eq(Mux(appended == 0, job.address, append_address)),
-                appends.payload.data.eq(Mux(wide_ids, wide_id, narrow_id)),
-                appends.payload.wide.eq(wide_ids),
-            ]
-            with m.If(answers.r_rdy & head.error):
-                m.d.comb += [self.storage_error.eq(1), self.storage_error_address.eq(head.address)]
-                m.d.sync += collector_error.eq(1)
-            with m.Elif(appends.valid & appends.ready):
-                m.d.sync += [taken.eq(taken + 1), appended.eq(appended + 1),
-                             append_address.eq(appends.payload.address + Mux(wide_ids, 8, 4))]
-                with m.If(taken == head.ids - 1):
-                    m.d.comb += answers.r_en.eq(1)
-                    m.d.sync += taken.eq(0)
-                with m.If(appended == job.count - 1):
-                    m.d.comb += collects.r_en.eq(1)
-                    m.d.sync += appended.eq(0)
-        with m.If(job_reset | collector_error):
-            m.d.sync += [taken.eq(0), appended.eq(0)]
-        with m.If(self.resume):  # stopped by an error until the next command
-            m.d.sync += collector_error.eq(0)
-        m.d.comb += [self.idle.eq(issuer_idle & ~jobs.valid & ~staged_valid & (pending == 0) & collector_idle),
-                     self.failed.eq(collector_error)]
+        m.submodules.collector = collector = NodeListCollector(cfg)
+        m.d.comb += [
+            collector.answers.valid.eq(answers.r_rdy), collector.answers.payload.eq(answers.r_data),
+            answers.r_en.eq(collector.answers.ready),
+            collector.jobs.valid.eq(collects.r_rdy), collector.jobs.payload.eq(collects.r_data),
+            collects.r_en.eq(collector.jobs.ready),
+            collector.wide_ids.eq(wide_ids), collector.abandon.eq(finishing), collector.clear.eq(job_reset),
+            collector.resume.eq(self.resume),
+            self.storage_error.eq(collector.storage_error),
+            self.storage_error_address.eq(collector.storage_error_address),
+        ]
+        wiring.connect(m, wiring.flipped(appends), collector.appends)
+        m.d.comb += [self.idle.eq(issuer_idle & ~jobs.valid & ~staged_valid & (pending == 0) & collector.idle),
+                     self.failed.eq(collector.failed)]
         return m

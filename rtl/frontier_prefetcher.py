@@ -20,8 +20,8 @@ from smartsage.spec.config import KernelConfig
 
 from .axi import ADDRESS_WIDTH
 from .compare import below
-from .edge_streamer import id_offset
 from .kernel_block import KernelBlock, check_kernel_config
+from .node_list_collector import id_offset
 from .read_stream import StreamWord
 from .rng import MIX32_LATENCY, mix32_pipelined
 from .tagged_read_stream import ReadPortSignature

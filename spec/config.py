@@ -74,6 +74,11 @@ class KernelConfig:
     def data_bytes(self) -> int:
         return self.data_width // 8
 
+    @property
+    def beat_log2(self) -> int:
+        """log2 of the bus's bytes per beat (the byte-offset bits of an address within a beat)."""
+        return self.data_bytes.bit_length() - 1
+
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
 

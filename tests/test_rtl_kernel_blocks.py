@@ -4,6 +4,8 @@
   for jobs with d <= k and d > k, the index reads it issues are those of the golden model's
   positions (``spec.golden.floyd_positions``), dense jobs read a beat of ids at a time, and every id
   lands at its reserved node-list place; a read error stops the lane with the failing address.
+- ``NodeListCollector`` (the lane's collector) between randomly stalling producers of answers and
+  jobs and a stalling write port: every id of every answer lands at its job's next slot, in order.
 - ``FrontierPrefetcher`` behind a ``ReadStream`` (device memory) and a ``TaggedReadStream``
   (storage): the frontier read in order, ids range-checked, keys H_v as ``spec.rng.node_key``, one
   indptr read per in-range id when indptr[v] and indptr[v+1] share a beat and two otherwise.
@@ -34,6 +36,7 @@ from smartsage.rtl.command_sequencer import IMAGE_WORDS, CommandSequencer
 from smartsage.rtl.edge_streamer import EdgeStreamer, ids_tag_shape
 from smartsage.rtl.frontier_prefetcher import FrontierPrefetcher
 from smartsage.rtl.job_dispatcher import JOBS_PER_LANE, JobDispatcher
+from smartsage.rtl.node_list_collector import NodeListCollector
 from smartsage.rtl.read_stream import ReadStream
 from smartsage.rtl.tagged_read_stream import TaggedReadStream
 from smartsage.spec import image as spec_image
@@ -271,6 +274,65 @@ def test_edge_streamer_reads_the_golden_positions(config_name, wide, stall):
     got = {a["address"]: (a["data"], bool(a["wide"])) for a in appended}
     assert len(got) == len(appended), "an id was appended twice"
     assert got == expected_appends, f"seed {seed}"
+
+
+def _producer(port, items, rng: random.Random, stall: float):
+    """A stream producer (testbench) of ``items`` with random valid gaps; holds each until taken."""
+    async def model(ctx):
+        for item in items:
+            while rng.random() < stall:
+                await ctx.tick()
+            ctx.set(port.payload, item)
+            ctx.set(port.valid, 1)
+            await ctx.tick().until(port.ready)
+            ctx.set(port.valid, 0)
+    return model
+
+
+@pytest.mark.parametrize("config_name, wide, stall", [("small", False, 0.3), ("small", True, 0.5),
+                                                      ("default", True, 0.3), ("default", False, 0.6)])
+def test_node_list_collector_appends_each_id_at_its_slot(config_name, wide, stall):
+    """Jobs of 1..k ids at scattered places, their ids in answers of 1..(ids the beat holds from the
+    address on) at any offset of a beat: each id goes to ``job address + i x id size`` in order,
+    with the id size ``wide_ids`` says, under stalls on both inputs and on the write port."""
+    seed = _seed()
+    rng = random.Random(seed)
+    config = CONFIGS[config_name]
+    beat_bytes, size = config.data_bytes, 8 if wide else 4
+    jobs, answers, expected = [], [], []
+    for _ in range(40):
+        count = rng.randint(1, config.max_fanout)
+        address = 0x40000 + rng.randrange(0, 1 << 12) * size
+        jobs.append({"count": count, "address": address})
+        ids = [rng.getrandbits(8 * size) for _ in range(count)]
+        expected += [(address + i * size, value, wide) for i, value in enumerate(ids)]
+        while ids:   # the reads of a job's ids: a beat's ids from a random offset on (one id when sampled)
+            offset = rng.randrange(0, beat_bytes // size) * size
+            n = min(len(ids), rng.randint(1, (beat_bytes - offset) // size))
+            beat = bytearray(rng.getrandbits(8) for _ in range(beat_bytes))
+            for i in range(n):
+                beat[offset + i * size:offset + (i + 1) * size] = ids[i].to_bytes(size, "little")
+            read_address = 0x100000 + rng.randrange(0, 1 << 10) * beat_bytes + offset
+            answers.append({"beat": int.from_bytes(beat, "little"), "address": read_address, "error": 0, "ids": n})
+            ids = ids[n:]
+    dut = NodeListCollector(config)
+    appended = []
+
+    async def settings(ctx):
+        ctx.set(dut.wide_ids, wide)
+        while len(appended) < len(expected):
+            await ctx.tick()
+        await ctx.tick().repeat(5)
+        assert ctx.get(dut.idle) and not ctx.get(dut.failed)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(settings)
+    sim.add_testbench(_producer(dut.jobs, jobs, rng, stall), background=True)
+    sim.add_testbench(_producer(dut.answers, answers, rng, stall), background=True)
+    sim.add_testbench(_consumer(dut.appends, rng, stall, appended, ("address", "data", "wide")), background=True)
+    sim.run()
+    assert [(a["address"], a["data"], bool(a["wide"])) for a in appended] == expected, f"seed {seed}"
 
 
 def test_edge_streamer_stops_on_a_read_error():

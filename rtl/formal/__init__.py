@@ -17,7 +17,9 @@ answer until taken, requests lie inside a buffer window), and asserts properties
   descriptor's buffers");
 - :mod:`.kernel_writes`: :class:`~smartsage.rtl.command_sequencer.CommandSequencer`'s part of that
   property (counts and result-header fields, the jobs' node-list slots, inside the buffers it
-  latched: its ``buffers`` port), by k-induction.
+  latched: its ``buffers`` port), by k-induction;
+- :mod:`.lane_appends`: a lane's part (:class:`~smartsage.rtl.node_list_collector.NodeListCollector`:
+  every node-list append in its job's slots), by k-induction.
 
 Invariants that make a property inductive may name a block's inside (reached through a subclass that
 keeps a handle, :class:`.common.Observed`); everything asserted as a property is a port property.
@@ -27,7 +29,7 @@ keeps a handle, :class:`.common.Observed`); everything asserted as a property is
 from __future__ import annotations
 
 from ..control import ControlRegisters
-from . import burst_reader, kernel_writes, read_engine, writers
+from . import burst_reader, kernel_writes, lane_appends, read_engine, writers
 from .common import (
     FORMAL_DATA_WIDTH,
     FORMAL_OUTSTANDING,
@@ -62,7 +64,8 @@ def _checks(block, prove_depth, prove_why, bmc_depth, bmc_why, prove_engine=UNRO
 
 _FIFO_INVARIANT = "k-induction closes with the invariant bursts in flight == level of the block's in-flight FIFO"
 
-#: The sequencer's part of "the kernel never writes outside the descriptor's buffers" (kernel_writes).
+#: The sequencer's and the lanes' parts of "the kernel never writes outside the descriptor's buffers"
+#: (kernel_writes, lane_appends).
 KERNEL_WRITES_CHECKS = {
     "sequencer_writes": FormalCheck(
         "sequencer_writes", "sequencer_writes", "prove", 2,
@@ -84,6 +87,14 @@ KERNEL_WRITES_CHECKS = {
         "IDLE; while fetching, queued entries are the words answered + j and every word answered is in its "
         "register; once result_valid every register holds its word; the queue is empty outside DESCRIPTOR "
         "and FINISH); about 13 s here"),
+    "lane_appends": FormalCheck(
+        "lane_appends", "lane_appends", "prove", 2,
+        "the collector's appends against the job at its head (jobs as the streamer's FIFO and the "
+        "sequencer's proved job slots provide them, answers free); k-induction closes at depth 2 with three "
+        "invariants on its two registers (no id appended while no job is at the head; appended < count; the "
+        "next id's address is the job's + appended x id size); one property per run, in order "
+        "(kernel_writes.ordered_parts)",
+        parts=lane_appends.PART_ORDER),
 }
 
 CHECKS: dict[str, FormalCheck] = {
@@ -134,6 +145,7 @@ BROKEN: dict[str, dict[str, tuple[type, str]]] = {
     "beat_writer": writers.BROKEN_BEAT_WRITER,
     "sequencer_writes": kernel_writes.BROKEN_SEQUENCER_WRITES,
     "sequencer_descriptor": kernel_writes.BROKEN_SEQUENCER_DESCRIPTOR,
+    "lane_appends": lane_appends.BROKEN_LANE_APPENDS,
 }
 
 
@@ -152,7 +164,7 @@ def harness(block: str, variant: str | None = None, inductive_only: bool = False
     if variant is not None and variant not in BROKEN[block]:
         raise KeyError(f"No broken variant {variant!r} of {block!r}; known: {', '.join(BROKEN[block])}")
     broken = BROKEN[block][variant][0] if variant else None
-    if part is not None and block != "sequencer_writes":
+    if part is not None and block not in ("sequencer_writes", "lane_appends"):
         raise ValueError(f"{block!r} is proved in one run, not in parts")
     if block == "control":
         return ControlHarness((broken or ControlRegisters)(), inductive_only)
@@ -163,6 +175,8 @@ def harness(block: str, variant: str | None = None, inductive_only: bool = False
         cls = broken or burst_reader.DEFAULT_CLASS
         return burst_reader.BurstReaderHarness(
             cls(burst_reader.FORMAL_READER_DATA_WIDTH, FORMAL_OUTSTANDING), inductive_only)
+    if block == "lane_appends":
+        return lane_appends.build(broken, inductive_only, part)
     if block in ("sequencer_writes", "sequencer_descriptor"):
         return kernel_writes.build(block, broken, inductive_only, part)
     if block == "write_combiner":

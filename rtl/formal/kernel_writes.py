@@ -37,12 +37,9 @@ descriptor reads, the header reads, two RNG key latencies).
 
 Not covered (the rest of the kernel's part, each argued, not proved):
 
-- the lanes' appends: an :class:`~smartsage.rtl.edge_streamer.EdgeStreamer` writes a job's ids at
-  ``nodes_ptr + (base + i) x id size`` for ``i < count`` (the collector's address register and
-  its collects FIFO), so inside the node list given the jobs above; its harness (jobs assumed
-  inside ``[0, nodes_capacity)``) took over 5 minutes for 4 BMC steps here, too slow to reach an
-  append; a k-induction harness (collects FIFO in registers, free position samplers) did not
-  finish in 200-600 s (docs/wip/streamer_writes.py.txt);
+- the lanes' appends: proved of each lane's collector by :mod:`.lane_appends` (every append in its
+  job's slots, given jobs as this module proves them); the edge streamer turns a job's ``base`` into
+  its place ``nodes_ptr + base x id size`` in one assignment on the way in (argued);
 - the kernel's wiring (``sequencer.nodes_ptr`` / ``wide_ids`` to every lane, jobs through the
   dispatcher unchanged: kernel.py);
 - the aggregator's row addresses (its rows lie in ``self[0..entries)`` / ``sum[0..entries)`` by
@@ -68,7 +65,7 @@ from ..command_sequencer import CommandSequencer, OutputBuffers
 from ..image_header import field_span
 from .common import Harness, Queue, drive_inputs
 
-__all__ = ["SequencerWritesHarness", "SequencerDescriptorHarness", "BROKEN_SEQUENCER_WRITES",
+__all__ = ["PartsHarness", "SequencerWritesHarness", "SequencerDescriptorHarness", "BROKEN_SEQUENCER_WRITES",
            "BROKEN_SEQUENCER_DESCRIPTOR", "INDUCTION_ONLY_VARIANTS", "FORMAL_KERNEL_CONFIG", "build", "inner"]
 
 #: The build under proof: the small configuration (64-bit bus, one lane, fanout 16).
@@ -155,15 +152,24 @@ class _DescriptorSkewed(_ObservedSequencer):
         return m
 
 
-class SequencerWritesHarness(Harness):
+class PartsHarness(Harness):
+    """A harness whose properties are proved in :func:`ordered_parts` (``part``: the one to assert, or
+    None for all); :meth:`start` gives the frame with the block in it, every input free."""
+
     def __init__(self, block, inductive_only: bool = False, part: int | None = None):
         super().__init__(block, inductive_only)
         self.part = part
 
-    def elaborate(self, platform):
+    def start(self, platform):
         m, steps = self.frame()
         dut = self.instantiate(m, self.block, platform)
         drive_inputs(self, m, dut, "in_")
+        return m, steps, dut
+
+
+class SequencerWritesHarness(PartsHarness):
+    def elaborate(self, platform):
+        m, steps, dut = self.start(platform)
         b = dut.buffers
         m.d.comb += [Assume(_no_wrap(b.nodes_ptr, b.nodes_capacity << 3)),
                      Assume(_no_wrap(b.counts_ptr, b.counts_capacity << 2)),

@@ -1,0 +1,133 @@
+"""The collector of one lane: the index reads' answers, in order, to node-list appends at each job's place."""
+
+from __future__ import annotations
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import data, stream
+from amaranth.lib.wiring import In, Out
+
+from smartsage.spec.config import KernelConfig
+
+from .axi import ADDRESS_WIDTH
+from .kernel_block import KernelBlock
+from .write_combiner import AppendWord
+
+__all__ = ["NodeListCollector", "collect_layout", "answer_layout", "id_offset"]
+
+
+def id_offset(wide_ids, index):
+    """``index`` node ids in bytes (a shift, not a multiplication)."""
+    return Mux(wide_ids, index << 3, index << 2)
+
+
+def collect_layout(max_fanout: int) -> data.StructLayout:
+    """A job's place in the node list: its id count and the device address of its first slot
+    (``nodes_ptr + base x id size``)."""
+    return data.StructLayout({"count": range(max_fanout + 1), "address": ADDRESS_WIDTH})
+
+
+def answer_layout(data_width: int) -> data.StructLayout:
+    """An index read's answer: the beat, the address read, its error flag and how many consecutive
+    ids of the beat it brings (from the address on)."""
+    return data.StructLayout({"beat": data_width, "address": ADDRESS_WIDTH, "error": 1,
+                              "ids": range(data_width // 32 + 1)})
+
+
+class NodeListCollector(KernelBlock):
+    """Appends each answer's ids to the node list, one id per cycle, at the place of the job at the
+    head of ``jobs`` (``address + i x id size`` for its i-th id, ``i < count``), job after job.
+
+    The answers come in the order the issuer asked (one lane's reads are answered in order); a job
+    leaves ``jobs`` with its last id, an answer leaves ``answers`` with its last id. What it writes
+    depends on the jobs alone: the ``lane_appends`` formal check proves that every append of a job
+    lies in that job's slots (naturally aligned), whatever the answers.
+
+    Parameters
+    ----------
+    config : KernelConfig
+        Data width and max_fanout of the build.
+
+    Members
+    -------
+    answers : ``In(stream.Signature(answer_layout(data_width)))``
+        The lane's read answers, in request order (the head is held until its last id is appended).
+    jobs : ``In(stream.Signature(collect_layout(max_fanout)))``
+        The places of the lane's jobs, in the order their reads were issued; ``count`` >= 1.
+    appends : ``Out(stream.Signature(AppendWord))``
+        Node-list appends (the lane's write-combiner port).
+    wide_ids : ``In(1)``
+        Node ids are u64 (else u32); held while a job is at the head.
+    abandon : ``In(1)``
+        The command ends: offer nothing.
+    clear : ``In(1)``
+        Forget the ids taken of the head answer and job (a command's start and end; the streamer
+        empties both queues at the same time).
+    resume : ``In(1)``
+        Forget a read error (the next command is taken).
+    idle : ``Out(1)``
+        No answer or job waits (or stopped by an error).
+    failed : ``Out(1)``
+        Stopped by a read error until ``resume``.
+    storage_error : ``Out(1)``, ``storage_error_address`` : ``Out(64)``
+        An errored answer reached the head this cycle, and its address.
+    """
+
+    def __init__(self, config: KernelConfig):
+        super().__init__(config, {
+            "answers": In(stream.Signature(answer_layout(config.data_width))),
+            "jobs": In(stream.Signature(collect_layout(config.max_fanout))),
+            "appends": Out(stream.Signature(AppendWord)),
+            "wide_ids": In(1), "abandon": In(1), "clear": In(1), "resume": In(1),
+            "idle": Out(1), "failed": Out(1), "storage_error": Out(1), "storage_error_address": Out(ADDRESS_WIDTH),
+        })
+
+    def _next_address(self, address, wide_ids):
+        """The next id's address within a job (a hook for the formal checks' broken variants)."""
+        return address + Mux(wide_ids, 8, 4)
+
+    def _last_of_job(self, appended, count):
+        """The id being appended is the job's last (a hook for the broken variants)."""
+        return appended == count - 1
+
+    def elaborate(self, platform):
+        m = Module()
+        answers, jobs, appends, wide_ids = self.answers, self.jobs, self.appends, self.wide_ids
+        head, job = answers.payload, jobs.payload
+        data_bytes, beat_log2 = self.config.data_bytes, self.config.beat_log2
+
+        error = Signal()
+        taken = Signal(range(data_bytes // 4))             # ids of the head answer
+        appended = Signal(range(self.config.max_fanout))   # ids of the job
+        offset = Signal(beat_log2 + 1)
+        append_address = Signal(ADDRESS_WIDTH)       # the next id's, within a job
+        # (handles for the formal checks' invariants)
+        self._appended, self._append_address = appended, append_address
+        m.d.comb += offset.eq(head.address[:beat_log2] + id_offset(wide_ids, taken))
+        wide_id = head.beat.word_select(offset[3:beat_log2], 64) if data_bytes > 8 else head.beat
+        narrow_id = head.beat.word_select(offset[2:beat_log2], 32)
+        m.d.comb += self.idle.eq(error | (~answers.valid & ~jobs.valid))
+        with m.If(~self.abandon & ~error):
+            m.d.comb += [
+                appends.valid.eq(answers.valid & jobs.valid & ~head.error),
+                appends.payload.address.eq(Mux(appended == 0, job.address, append_address)),
+                appends.payload.data.eq(Mux(wide_ids, wide_id, narrow_id)),
+                appends.payload.wide.eq(wide_ids),
+            ]
+            with m.If(answers.valid & head.error):
+                m.d.comb += [self.storage_error.eq(1), self.storage_error_address.eq(head.address)]
+                m.d.sync += error.eq(1)
+            with m.Elif(appends.valid & appends.ready):
+                m.d.sync += [taken.eq(taken + 1), appended.eq(appended + 1),
+                             append_address.eq(self._next_address(appends.payload.address, wide_ids))]
+                with m.If(taken == head.ids - 1):
+                    m.d.comb += answers.ready.eq(1)
+                    m.d.sync += taken.eq(0)
+                with m.If(self._last_of_job(appended, job.count)):
+                    m.d.comb += jobs.ready.eq(1)
+                    m.d.sync += appended.eq(0)
+        with m.If(self.clear | error):
+            m.d.sync += [taken.eq(0), appended.eq(0)]
+        with m.If(self.resume):  # stopped by an error until the next command
+            m.d.sync += error.eq(0)
+        m.d.comb += self.failed.eq(error)
+        return m

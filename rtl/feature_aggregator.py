@@ -234,14 +234,22 @@ class FeatureAggregator(wiring.Component):
         counts = Array(Array(Signal(range(max_fanout + 1), name=f"count{g}_{e}") for e in range(SLOTS))
                        for g in range(2))
         counted = Array(Signal(SLOTS, name=f"counted{g}") for g in range(2))
-        self_rows = Array(Array(Signal(64, name=f"self_row{g}_{e}") for e in range(SLOTS)) for g in range(2))
-        self_dests = Array(Array(Signal(64, name=f"self_dest{g}_{e}") for e in range(SLOTS)) for g in range(2))
         m.submodules.samples = samples = Memory(shape=64, depth=2 * SLOTS * fanout_stride, init=[])
         sample_write = samples.write_port()
         sample_read = samples.read_port(domain="sync")   # the issuer's stage (below)
+        # each entry's own row address and its self destination, in two small memories read like the
+        # samples table (a registered read as the read is issued): no 32-way multiplexer of 64-bit
+        # registers sits in front of the issuer's stage
+        m.submodules.self_rows = self_rows = Memory(shape=64, depth=2 * SLOTS, init=[])
+        m.submodules.self_dests = self_dests = Memory(shape=64, depth=2 * SLOTS, init=[])
+        self_row_write, self_dest_write = self_rows.write_port(), self_dests.write_port()
+        self_row_read, self_dest_read = self_rows.read_port(domain="sync"), self_dests.read_port(domain="sync")
 
         def table_address(g, e, j):
             return (g * SLOTS + e) * fanout_stride + j
+
+        def entry_address(g, e):
+            return g * SLOTS + e
 
         # ---- loader, request side: counts, ids, then the samples' ids of each entry of a group
         # the entries not yet requested, and the next count's, id's and sample id's addresses: cursors
@@ -321,8 +329,10 @@ class FeatureAggregator(wiring.Component):
         rows_in_flight = Cat(*(stage.valid for stage in row_pipe)).any()
         m.d.comb += [sample_write.data.eq(row_address), sample_write.addr.eq(row_out.table),
                      sample_write.en.eq(row_out.valid & ~row_out.self)]
-        with m.If(row_out.valid & row_out.self):
-            m.d.sync += self_rows[row_out.group][row_out.entry].eq(row_address)
+        m.d.comb += [self_dest_write.data.eq(self_dest), self_dest_write.addr.eq(entry_address(take_group, take_e)),
+                     self_row_write.data.eq(row_address),
+                     self_row_write.addr.eq(entry_address(row_out.group, row_out.entry)),
+                     self_row_write.en.eq(row_out.valid & row_out.self)]
         with m.If(self.start & ~running):
             m.d.sync += [stage.valid.eq(0) for stage in row_pipe]
         with m.FSM(name="load_take"):
@@ -343,9 +353,8 @@ class FeatureAggregator(wiring.Component):
             with m.State("T_IDS"):
                 m.d.comb += ids.response.ready.eq(1)
                 with m.If(ids.response.valid & ~word.error):
-                    m.d.comb += row_launch.eq(1)
-                    m.d.sync += [self_dests[take_group][take_e].eq(self_dest),
-                                 self_dest.eq(self_dest + row_bytes), sum_dest.eq(sum_dest + (p.feature_dim << 2)),
+                    m.d.comb += [row_launch.eq(1), self_dest_write.en.eq(1)]
+                    m.d.sync += [self_dest.eq(self_dest + row_bytes), sum_dest.eq(sum_dest + (p.feature_dim << 2)),
                                  take_e.eq(take_e + 1)]
                     with m.If(take_e == take_k - 1):
                         m.d.sync += [take_e.eq(0), take_j.eq(0)]
@@ -430,7 +439,7 @@ class FeatureAggregator(wiring.Component):
         # is added on the way into the request buffer, and the records' destinations get theirs on the
         # way into their FIFOs. The group's buffers are freed for the loader only once its last read
         # leaves the stage.
-        stage = Signal(data.StructLayout({"valid": 1, "self": 1, "self_row": 64, "offset": len(chunk_offset),
+        stage = Signal(data.StructLayout({"valid": 1, "self": 1, "offset": len(chunk_offset),
                                           "bytes": 16, "group": 1, "frees": 1, "first": 1,
                                           "sum_offset": len(chunk_start) + 2, "work": work_layout,
                                           "chunk": chunk_layout}))
@@ -452,10 +461,12 @@ class FeatureAggregator(wiring.Component):
             fire.eq(issuing & ~draining & work_room & (~first_of_chunk | chunks_room) & load),
             group_done.eq(chunk_last & last_chunk),
             sample_read.addr.eq(table_address(issue_group, issue_e, issue_j)), sample_read.en.eq(load),
+            self_row_read.addr.eq(entry_address(issue_group, issue_e)), self_row_read.en.eq(load),
+            self_dest_read.addr.eq(entry_address(issue_group, issue_e)), self_dest_read.en.eq(load),
             row_request.valid.eq(stage.valid),
-            row_request.payload.address.eq(Mux(stage.self, stage.self_row, sample_read.data) + stage.offset),
+            row_request.payload.address.eq(Mux(stage.self, self_row_read.data, sample_read.data) + stage.offset),
             row_request.payload.length.eq(stage.bytes),
-            work_in.eq(stage.work), work_in.dest.eq(stage.work.dest + stage.offset),
+            work_in.eq(stage.work), work_in.dest.eq(self_dest_read.data + stage.offset),
             chunk_in.eq(stage.chunk), chunk_in.sum_dest.eq(stage.chunk.sum_dest + stage.sum_offset),
             work.w_en.eq(leaves), chunks.w_en.eq(leaves & stage.first),
         ]
@@ -464,12 +475,12 @@ class FeatureAggregator(wiring.Component):
         # function, not the issuer's decision
         with m.If(load):
             m.d.sync += [stage.valid.eq(fire), stage.self.eq(issue_self), stage.group.eq(issue_group),
-                         stage.self_row.eq(self_rows[issue_group][issue_e]), stage.offset.eq(chunk_offset),
+                         stage.offset.eq(chunk_offset),
                          stage.bytes.eq(chunk_bytes), stage.frees.eq(group_done), stage.first.eq(first_of_chunk),
                          stage.sum_offset.eq(chunk_start << 2),
                          stage.work.self.eq(issue_self), stage.work.slot.eq(issue_e),
                          stage.work.load.eq(issue_j == 0), stage.work.bank.eq(issue_bank),
-                         stage.work.dest.eq(self_dests[issue_group][issue_e]), stage.work.bytes.eq(chunk_bytes),
+                         stage.work.bytes.eq(chunk_bytes),
                          stage.work.chunk_last.eq(chunk_last),
                          stage.chunk.bank.eq(issue_bank), stage.chunk.sum_dest.eq(group_sum[issue_group]),
                          stage.chunk.k.eq(k), stage.chunk.empty.eq(empty), stage.chunk.elements.eq(chunk_len)]

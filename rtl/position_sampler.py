@@ -14,7 +14,6 @@ from .rng import (
     MIX32_LATENCY,
     MULTIPLY_LATENCY,
     RejectionThreshold,
-    mix32_first_shift,
     mix32_pipelined,
     multiply_pipelined,
 )
@@ -43,14 +42,14 @@ class PositionSampler(wiring.Component):
     The draws are pipelined, one position per cycle in steady state, over :data:`DRAW_LATENCY`
     stages (for the ECP5 timing proxy's 150 MHz, no stage holds more than one 16x16 multiplication
     or one carry chain): ``mix32(H_v ^ c)`` (:data:`~smartsage.rtl.rng.MIX32_LATENCY` stages, its
-    first xor-shift kept in a register stepped with c),
+    first xor-shift one LUT per bit in front of the first adder stage),
     ``mix32(. ^ DRAW_SALT)`` (as many), the product by ``j + 1``
     (:data:`~smartsage.rtl.rng.MULTIPLY_LATENCY`), then a decision stage that holds the product and
     whether ``low < n``. No stage waits (no pipeline enable to fan out): draws are issued
     speculatively with consecutive indices c, and only while the output FIFO
     (:data:`POSITION_BUFFER` entries) has room for every draw in flight, so an accepted draw always
     goes out. When the decision stage finds ``low < n`` (probability n / 2^32 per draw) it holds
-    that draw aside, flushes the draws behind it and waits for the exact threshold (a ~34-cycle
+    that draw aside, flushes the draws behind it and waits for the exact threshold (a ~35-cycle
     divider); a rejected draw is redrawn from (j, c + 1), an accepted one returns to the decision
     stage and the draws resume from (j + 1, c + 1). Positions leave through the FIFO, so neither
     ``ready`` nor the membership test reaches the consumer's logic in the same cycle.
@@ -93,11 +92,13 @@ class PositionSampler(wiring.Component):
         busy = Signal()
         listing = Signal()      # d <= k: the positions 0..d-1 go out
         drawing = Signal()      # d > k: Floyd's draws
-        left = Signal(range(self.max_fanout + 1))   # positions j without a draw issued: d - (next j)
-        next_j = Signal(32)     # the next position index j to issue a draw for
-        next_c = Signal(32)     # its draw index
-        # mix32's first step of H_v ^ next_c, stepped with next_c (the first stage starts at a register)
-        next_shifted = Signal(32)
+        # the next draw to issue: its position index is j = d - left (positions without a draw issued),
+        # its draw index next_c. Only these 37 bits are loaded by a request, an issue and the held
+        # draw's return (j is worked out into the issue register; mix32's first xor-shift of
+        # H_v ^ next_c is one LUT per bit in front of its first adder stage), so the flags that pick
+        # among those loads fan out to few registers.
+        left = Signal(range(self.max_fanout + 1))
+        next_c = Signal(32)
         chosen = Array(Signal(32, name=f"chosen{i}") for i in range(self.max_fanout))
         chosen_valid = Signal(self.max_fanout)  # thermometer: chosen[i] holds a position
         count = Signal(range(self.max_fanout + 1))
@@ -120,12 +121,12 @@ class PositionSampler(wiring.Component):
         ns = [Signal(32, name=f"d{i}_n", reset_less=True) for i in range(stages)]
         cs = [Signal(32, name=f"d{i}_c", reset_less=True) for i in range(stages)]
         # (the issue register holds j; from the next stage on the draw's range n = j + 1 rides along)
-        m.d.sync += [valids[0].eq(issue), ns[0].eq(next_j), cs[0].eq(next_c)]
+        m.d.sync += [valids[0].eq(issue), ns[0].eq(degree - left), cs[0].eq(next_c)]
         for i in range(1, stages):
             m.d.sync += [valids[i].eq(valids[i - 1] & ~flush), ns[i].eq(ns[i - 1] + 1 if i == 1 else ns[i - 1]),
                          cs[i].eq(cs[i - 1])]
         always = Const(1)
-        first = mix32_pipelined(m, next_shifted, always, name="draw_mix1", shifted=True)
+        first = mix32_pipelined(m, key ^ next_c, always, name="draw_mix1")
         second = mix32_pipelined(m, first ^ spec_rng.DRAW_SALT, always, name="draw_mix2")
         at_multiply = 2 * MIX32_LATENCY - 1
         product = multiply_pipelined(m, second, ns[at_multiply], always, name="draw_mul", platform=platform)
@@ -168,9 +169,12 @@ class PositionSampler(wiring.Component):
         taken = self.positions.valid & self.positions.ready
 
         # ---- request and the sequential mode
-        # A request is taken into registers, with the first draw's j = d - k, the mode and the mix's
-        # first step worked out on the way in (one carry chain each): the first draw goes out the next
-        # cycle. (The requester's payload should come from its own registers.) The next node is taken
+        # A request is taken into registers, the mode worked out on the way in (one carry chain): the
+        # first draw goes out the next cycle. (The requester's payload should come from its own
+        # registers.) While the sampler is not busy its node registers follow the request's payload
+        # every cycle (nothing reads them then), so taking a request loads only the three mode flags:
+        # the handshake's fan-out is three registers, not the two hundred a load of the node would
+        # enable. The next node is taken
         # only once at most two of this one's positions wait in the FIFO (a flag registered from the
         # level a cycle before, "at most one", so ``ready`` is two flip-flops' AND): a lane whose
         # samplers took nodes as soon as their draws were out would hold work the other lanes could
@@ -178,13 +182,12 @@ class PositionSampler(wiring.Component):
         few_waiting = Signal()
         m.d.sync += few_waiting.eq(out.level <= 1)
         m.d.comb += self.request.ready.eq(~busy & few_waiting)
+        req = self.request.payload
+        with m.If(~busy):
+            m.d.sync += [key.eq(req.key), degree.eq(req.degree), count.eq(0), chosen_valid.eq(0),
+                         sequential.eq(0), next_c.eq(0), last_j.eq(req.degree - 1), left.eq(req.fanout)]
         with m.If(self.request.valid & self.request.ready):
-            req = self.request.payload
-            m.d.sync += [key.eq(req.key), degree.eq(req.degree), count.eq(0),
-                         chosen_valid.eq(0), sequential.eq(0), busy.eq(1), next_c.eq(0),
-                         next_shifted.eq(mix32_first_shift(req.key)),
-                         listing.eq(req.degree <= req.fanout), drawing.eq(req.degree > req.fanout),
-                         last_j.eq(req.degree - 1), left.eq(req.fanout), next_j.eq(req.degree - req.fanout)]
+            m.d.sync += [busy.eq(1), listing.eq(req.degree <= req.fanout), drawing.eq(req.degree > req.fanout)]
         written = Signal()     # a position enters the output FIFO
         with m.If(listing):
             m.d.comb += [out.w_en.eq(1), out.w_data.eq(sequential), written.eq(out.w_rdy)]
@@ -206,9 +209,13 @@ class PositionSampler(wiring.Component):
                     m.d.sync += [busy.eq(0), drawing.eq(0)]
 
             # slow path: hold the draw, flush the ones behind it, ask for the exact threshold
+            # (while no draw is held, the held draw's registers follow the decision stage every cycle:
+            # a flush sets the flags only, so it enables a few registers, not 170)
+            with m.If(~h_busy):
+                m.d.sync += [h_j.eq(s_j), h_c.eq(s_c), h_n.eq(s_n), h_m.eq(s_m), h_last.eq(s_last),
+                             h_left.eq(degree - s_j)]
             with m.If(flush):
-                m.d.sync += [h_busy.eq(1), h_j.eq(s_j), h_c.eq(s_c), h_n.eq(s_n), h_m.eq(s_m),
-                             h_last.eq(s_last), h_left.eq(degree - s_j), threshold_known.eq(0)]
+                m.d.sync += [h_busy.eq(1), threshold_known.eq(0)]
             with m.If(h_busy & ~h_pending & ~threshold_known):
                 m.d.comb += [threshold.i.valid.eq(1), threshold.i.payload.eq(h_n)]
                 with m.If(threshold.i.ready):
@@ -220,15 +227,14 @@ class PositionSampler(wiring.Component):
                              returning.eq(h_m[:32] >= threshold.o.payload)]
             with m.If(h_busy & threshold_known):
                 m.d.sync += [h_busy.eq(0), threshold_known.eq(0)]
-                m.d.sync += [next_c.eq(h_c + 1), next_shifted.eq(mix32_first_shift(key ^ (h_c + 1)))]
+                m.d.sync += next_c.eq(h_c + 1)
                 with m.If(threshold_rejects):   # redraw j
-                    m.d.sync += [left.eq(h_left), next_j.eq(h_j)]
+                    m.d.sync += left.eq(h_left)
                 with m.Else():
-                    m.d.sync += [left.eq(h_left - 1), next_j.eq(h_j + 1)]
+                    m.d.sync += left.eq(h_left - 1)
             with m.Elif(~flush & ~h_busy & room & (left != 0)):
                 m.d.comb += issue.eq(1)
-                m.d.sync += [left.eq(left - 1), next_j.eq(next_j + 1), next_c.eq(next_c + 1),
-                             next_shifted.eq(mix32_first_shift(key ^ (next_c + 1)))]
+                m.d.sync += [left.eq(left - 1), next_c.eq(next_c + 1)]
 
         # reserved: +1 for a draw issued or a sequential position written, -1 for a position taken;
         # a flush drops the draws behind the held one (it keeps its place), a rejection drops it.

@@ -12,7 +12,7 @@ of the product is below ``n`` (probability n / 2^32), so it lives on a rare slow
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Signal, Value
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -83,21 +83,19 @@ def _constant_product_low(m, a, constant, enable, name, post=None):
 
 
 def mix32_first_shift(x: Value) -> Value:
-    """lowbias32's first step, ``x ^ (x >> 16)``: a caller that holds ``x`` in a register it steps
-    (a counter) may register this instead and pass it as ``mix32_pipelined(..., shifted=True)``."""
+    """lowbias32's first step, ``x ^ (x >> 16)`` (one LUT per bit in front of the first adder stage)."""
     x = Value.cast(x)[:32]
     return x ^ (x >> 16)
 
 
-def mix32_pipelined(m: Module, x: Value, enable: Value, name: str = "mix", shifted: bool = False) -> Signal:
+def mix32_pipelined(m: Module, x: Value, enable: Value, name: str = "mix") -> Signal:
     """lowbias32 of ``x`` (bit-exact with ``mix32``), :data:`MIX32_LATENCY` cycles later: every stage
     moves when ``enable`` is high (the caller's pipeline enable), so the result belongs to the ``x``
     presented :data:`MIX32_LATENCY` enabled cycles before. No multiplier: each constant multiplication
     is a four-level adder tree over the constant's signed digits (:func:`csd_digits`), one adder per
-    stage; each xor-shift shares a stage with the adder next to it. With ``shifted``, ``x`` is
-    already :func:`mix32_first_shift` of the input."""
+    stage; each xor-shift shares a stage with the adder next to it."""
     x = Value.cast(x)[:32]
-    first = _constant_product_low(m, x if shifted else mix32_first_shift(x), spec_rng.MIX_MUL1, enable,
+    first = _constant_product_low(m, mix32_first_shift(x), spec_rng.MIX_MUL1, enable,
                                   f"{name}_m1")
     return _constant_product_low(m, first ^ (first >> 15), spec_rng.MIX_MUL2, enable, f"{name}_m2",
                                  post=lambda v: v ^ (v >> 16))
@@ -119,14 +117,19 @@ def multiply_pipelined(m: Module, a: Value, b: Value, enable: Value, name: str =
 
 
 class RejectionThreshold(wiring.Component):
-    """``(2^32 - n) mod n`` for 1 <= n < 2^32: a restoring divider, one quotient bit per cycle.
+    """``(2^32 - n) mod n`` for 1 <= n < 2^32: a non-restoring divider, one quotient bit per cycle.
+
+    Each step adds or subtracts the divisor by the sign of the partial remainder, a register, so a
+    step is one carry chain behind one flip-flop (a restoring divider's step also selects between
+    the trial and the difference by the chain's carry-out); a last cycle adds the divisor back to a
+    negative remainder, into the output register.
 
     Members
     -------
     i : ``In(stream.Signature(32))``
         The range ``n``.
     o : ``Out(stream.Signature(32))``
-        The threshold, 34 cycles after ``i`` was taken.
+        The threshold, 35 cycles after ``i`` was taken (one more than a restoring divider: the correction).
     """
 
     def __init__(self):
@@ -136,32 +139,38 @@ class RejectionThreshold(wiring.Component):
         m = Module()
         divisor = Signal(32)
         dividend = Signal(32)
-        remainder = Signal(33)
-        step = Signal(range(33))
+        partial = Signal(signed(34))   # the partial remainder, in [-n, n)
+        threshold = Signal(32)
+        step = Signal(range(32))
         busy = Signal()
+        correcting = Signal()
 
-        m.d.comb += self.i.ready.eq(~busy & ~self.o.valid)
-        with m.If(self.i.valid & self.i.ready):
+        # while idle (nothing computed or waiting to be taken) the operands follow the input every
+        # cycle, so taking it sets ``busy`` only: the handshake enables one register, not a hundred
+        m.d.comb += self.i.ready.eq(~busy & ~correcting & ~self.o.valid)
+        with m.If(self.i.ready):
             m.d.sync += [
                 divisor.eq(self.i.payload),
                 dividend.eq(-self.i.payload),  # 2^32 - n, modulo 2^32
-                remainder.eq(0),
+                partial.eq(0),
                 step.eq(0),
-                busy.eq(1),
             ]
+        with m.If(self.i.valid & self.i.ready):
+            m.d.sync += busy.eq(1)
         with m.If(busy):
-            trial = Signal(34)
-            difference = Signal(35)  # one carry chain: its sign says whether the divisor fits
-            m.d.comb += [trial.eq(Value.cast(remainder[:32]).shift_left(1) | dividend[31]),
-                         difference.eq(trial - divisor)]
-            with m.If(~difference[34]):
-                m.d.sync += remainder.eq(difference)
-            with m.Else():
-                m.d.sync += remainder.eq(trial)
-            m.d.sync += [dividend.eq(dividend << 1), step.eq(step + 1)]
+            # 2R + the next dividend bit, minus n when R >= 0, plus n when R < 0: the divisor's bits
+            # inverted by the sign and the carry-in entered as a low bit on both operands (one chain)
+            subtract = ~partial[-1]
+            trial = Cat(dividend[31], partial)
+            operand = Cat(divisor, Const(0, 3)) ^ subtract.replicate(35)
+            m.d.sync += [partial.eq((Cat(subtract, trial) + Cat(subtract, operand))[1:35]),
+                         dividend.eq(dividend << 1), step.eq(step + 1)]
             with m.If(step == 31):
-                m.d.sync += [busy.eq(0), self.o.valid.eq(1)]
-        m.d.comb += self.o.payload.eq(remainder[:32])
+                m.d.sync += [busy.eq(0), correcting.eq(1)]
+        with m.If(correcting):
+            m.d.sync += [threshold.eq(Mux(partial[-1], partial + divisor, partial)[:32]),
+                         correcting.eq(0), self.o.valid.eq(1)]
+        m.d.comb += self.o.payload.eq(threshold)
         with m.If(self.o.valid & self.o.ready):
             m.d.sync += self.o.valid.eq(0)
         return m

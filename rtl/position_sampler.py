@@ -114,6 +114,7 @@ class PositionSampler(wiring.Component):
         # the draw pipeline: free-running (no enable); valid, n = j + 1 and c ride along the data
         issue = Signal()
         flush = Signal()        # drop every draw behind the decision stage
+        h_busy = Signal()       # a draw is held aside for its exact threshold (below)
         stages = DRAW_LATENCY - 1
         valids = [Signal(name=f"d{i}_valid") for i in range(stages)]
         # (the data registers are reset-less: the valid bits qualify them, and the samplers' reset
@@ -122,8 +123,11 @@ class PositionSampler(wiring.Component):
         cs = [Signal(32, name=f"d{i}_c", reset_less=True) for i in range(stages)]
         # (the issue register holds j; from the next stage on the draw's range n = j + 1 rides along)
         m.d.sync += [valids[0].eq(issue), ns[0].eq(degree - left), cs[0].eq(next_c)]
+        # (a draw may be issued in the cycle of a flush: it is dropped a cycle later, when a draw is
+        # held, and the held draw's return reloads the issue registers it stepped)
         for i in range(1, stages):
-            m.d.sync += [valids[i].eq(valids[i - 1] & ~flush), ns[i].eq(ns[i - 1] + 1 if i == 1 else ns[i - 1]),
+            kill = flush | h_busy if i == 1 else flush
+            m.d.sync += [valids[i].eq(valids[i - 1] & ~kill), ns[i].eq(ns[i - 1] + 1 if i == 1 else ns[i - 1]),
                          cs[i].eq(cs[i - 1])]
         always = Const(1)
         first = mix32_pipelined(m, key ^ next_c, always, name="draw_mix1")
@@ -139,9 +143,11 @@ class PositionSampler(wiring.Component):
         s_last = Signal()      # j == d - 1
         # the held draw: one with low < n waits here for its exact threshold while the pipeline is
         # flushed; it is then dropped (rejected: redrawn from c + 1) or returned to the decision stage
-        h_busy = Signal()
         h_pending = Signal()
         h_j, h_c, h_n = (Signal(32, name=f"h_{x}", reset_less=True) for x in "jcn")
+        # (the divider's operand is the held draw's range, offered whether or not it is asked for: the
+        # divider's registers follow it while idle, so no handshake sits in front of its negation)
+        m.d.comb += threshold.i.payload.eq(h_n)
         h_m = Signal(64, reset_less=True)
         h_left = Signal(range(self.max_fanout + 1))   # d - j of the held draw
         h_last = Signal()
@@ -217,7 +223,7 @@ class PositionSampler(wiring.Component):
             with m.If(flush):
                 m.d.sync += [h_busy.eq(1), threshold_known.eq(0)]
             with m.If(h_busy & ~h_pending & ~threshold_known):
-                m.d.comb += [threshold.i.valid.eq(1), threshold.i.payload.eq(h_n)]
+                m.d.comb += threshold.i.valid.eq(1)
                 with m.If(threshold.i.ready):
                     m.d.sync += h_pending.eq(1)
             m.d.comb += threshold.o.ready.eq(h_pending)
@@ -232,7 +238,7 @@ class PositionSampler(wiring.Component):
                     m.d.sync += left.eq(h_left)
                 with m.Else():
                     m.d.sync += left.eq(h_left - 1)
-            with m.Elif(~flush & ~h_busy & room & (left != 0)):
+            with m.Elif(~h_busy & room & (left != 0)):
                 m.d.comb += issue.eq(1)
                 m.d.sync += [left.eq(left - 1), next_c.eq(next_c + 1)]
 

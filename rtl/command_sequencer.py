@@ -97,7 +97,7 @@ class CommandSequencer(KernelBlock):
     reset_samplers : ``Out(1)``
         A command started (a register, a cycle after): the position samplers are reset.
     abandon : ``Out(1)``
-        The command ends: work in flight is dropped.
+        The command ends: work in flight is dropped (a register, high exactly in the FINISH state).
     drain_reads : ``Out(1)``
         The command ends: every storage answer is taken and dropped.
     reads_idle : ``In(1)``
@@ -156,7 +156,11 @@ class CommandSequencer(KernelBlock):
         cfg = self.config
         data_bytes = cfg.data_bytes
         fields_out = self.fields
-        finishing = self.abandon
+        # in FINISH, as a flip-flop set on every way into the state and cleared on the way out: the
+        # lanes' ``abandon``, the readers' drain and the combiner's flush fan out across the chip from
+        # it (decoded from the state in LUTs they were the whole kernel's critical path, 65.8 MHz)
+        finishing = Signal()
+        m.d.comb += self.abandon.eq(finishing)
         # the clears reach every lane's samplers and the aggregator as synchronous resets: they leave
         # as flip-flops, a cycle after their cause (the whole kernel's critical path on the ECP5 proxy
         # was the start decoded from the state into those resets, 56.1 MHz), so no block is cleared
@@ -164,6 +168,7 @@ class CommandSequencer(KernelBlock):
         job_reset, sampler_reset = Signal(), Signal()
         m.d.sync += [self.clear_jobs.eq(job_reset), self.reset_samplers.eq(sampler_reset)]
         drain_storage, aggregating = self.drain_reads, self.aggregating
+        m.d.comb += [drain_storage.eq(finishing), self.flush_writes.eq(finishing)]
 
         # ---- command state
         image_base = Signal(64)
@@ -270,16 +275,20 @@ class CommandSequencer(KernelBlock):
             m.d.sync += cycles.eq(cycles + 1)
         m.d.sync += storage_bytes.eq(storage_bytes + self.storage_read_beats * data_bytes)
 
+        def to_finish():
+            m.d.sync += finishing.eq(1)
+            m.next = "FINISH"
+
         def fail(code, hop_value=0, index_value=0, value=0):
             m.d.sync += [status.eq(code), error_hop.eq(hop_value), error_index.eq(index_value),
                          error_value.eq(value), prefetching.eq(0)]
-            m.next = "FINISH"
+            to_finish()
 
         def abort_on_streamer_error():
             """A hop state stops when the edge streamer hit a bus error (it set the status)."""
             with m.If(self.streamers_failed):
                 m.d.sync += prefetching.eq(0)
-                m.next = "FINISH"
+                to_finish()
 
         def read_words(name, reader, words, counters, address_of, capture, then):
             """One state: the reads of ``words`` words go out back to back (``address_of(i)``) while
@@ -444,7 +453,7 @@ class CommandSequencer(KernelBlock):
                     m.d.sync += [feature_bytes.eq(0), multiplicand.eq(last_size), multiplier.eq(feature_dim)]
                     m.next = "FEATURES_MULTIPLY"
                 with m.Elif(hop == num_hops):
-                    m.next = "FINISH"
+                    to_finish()
                 with m.Elif(key_wait != 0):  # hop_key and counts_end settle
                     pass
                 with m.Elif(~self._fits(counts_end, counts_capacity, "counts")):
@@ -537,15 +546,15 @@ class CommandSequencer(KernelBlock):
                     with m.Elif(self.aggregator_write_error):
                         fail(Status.OUTPUT_ERROR, value=self.aggregator_write_error_address)
                     with m.Else():
-                        m.next = "FINISH"
+                        to_finish()
 
             # ---- result header, written last (never when result_ptr is unusable)
             with m.State("FINISH"):
                 # reads still in flight (an error mid-hop) are taken and dropped; every output write
                 # is answered before the result header
-                m.d.comb += [self.descriptor_reads.response.ready.eq(1), drain_storage.eq(1), finishing.eq(1),
-                             job_reset.eq(1), self.flush_writes.eq(1)]
+                m.d.comb += [self.descriptor_reads.response.ready.eq(1), job_reset.eq(1)]
                 with m.If(self.writes_idle & self.reads_idle & self.streamers_idle):
+                    m.d.sync += finishing.eq(0)
                     with m.If(self.write_error & (status == Status.OK)):
                         m.d.sync += [status.eq(Status.OUTPUT_ERROR), error_hop.eq(0), error_index.eq(0),
                                      error_value.eq(self.write_error_address)]

@@ -40,7 +40,7 @@ their capacities before ``start``.
 
 Longer than the ~400 lines of the other blocks: the four parts are one block around shared state,
 not four blocks in a chain. The loader's two halves fill the group buffers (counts, row and
-destination registers, the samples table, the free/full flags) that the issuer reads; the issuer's
+destination tables, the samples table, the free/full flags) that the issuer reads; the issuer's
 work FIFO tells the consumer what each unit is; the consumer and the sum writer share the
 accumulator memory and the per-bank counts of unread chunks. As components, each would carry
 most of that state on its ports. The engines they drive (``BurstReader``, ``RowUnpacker``,
@@ -385,8 +385,10 @@ class FeatureAggregator(wiring.Component):
         # ---- issuer: per group and row chunk, the samples' rows sample-major, then the self rows
         work_layout = data.StructLayout({"self": 1, "slot": slot_bits, "load": 1, "bank": 1, "dest": 64,
                                          "bytes": 16, "chunk_last": 1})
+        # (a chunk's beats of sums: the last one's index and its bytes, worked out as the chunk is
+        # issued, so the sum writer's beat loop compares registers only)
         chunk_layout = data.StructLayout({"bank": 1, "sum_dest": 64, "k": range(SLOTS + 1), "empty": SLOTS,
-                                          "elements": 16})
+                                          "last_beat": beat_bits, "last_bytes": range(4 * lanes + 1)})
         m.submodules.work = work = SyncFIFO(width=work_layout.size, depth=cfg.outstanding_reads + 1)
         m.submodules.chunks = chunks = SyncFIFO(width=chunk_layout.size, depth=9)
         work_in = Signal(work_layout)
@@ -483,7 +485,9 @@ class FeatureAggregator(wiring.Component):
                          stage.work.bytes.eq(chunk_bytes),
                          stage.work.chunk_last.eq(chunk_last),
                          stage.chunk.bank.eq(issue_bank), stage.chunk.sum_dest.eq(group_sum[issue_group]),
-                         stage.chunk.k.eq(k), stage.chunk.empty.eq(empty), stage.chunk.elements.eq(chunk_len)]
+                         stage.chunk.k.eq(k), stage.chunk.empty.eq(empty),
+                         stage.chunk.last_beat.eq(((chunk_len + lanes - 1) >> lanes_log2) - 1),
+                         stage.chunk.last_bytes.eq((((chunk_len - 1) & (lanes - 1)) + 1) << 2)]
         with m.If(leaves & stage.frees):
             m.d.sync += group_free[stage.group].eq(1)
         with m.FSM(name="issue"):
@@ -643,8 +647,7 @@ class FeatureAggregator(wiring.Component):
         out_valid = Signal()
         out_zero = Signal()
         out_meta = Signal(piece_layout)
-        words = (task.elements + lanes - 1) >> lanes_log2
-        left_elements = task.elements - (sum_b << lanes_log2)
+        last_beat = sum_b == task.last_beat
         advance = ~out_valid | sum_ready
         starting = Signal()
         read_out = Signal()
@@ -676,9 +679,9 @@ class FeatureAggregator(wiring.Component):
                 with m.Elif(advance):
                     m.d.sync += [out_valid.eq(1), out_zero.eq(task.empty.bit_select(sum_e[:slot_bits], 1)),
                                  out_meta.address.eq(entry_dest + (sum_b << (lanes_log2 + 2))),
-                                 out_meta.nbytes.eq(Mux(left_elements < lanes, left_elements, lanes) << 2),
-                                 out_meta.flush.eq(sum_b == words - 1)]
-                    with m.If(sum_b == words - 1):
+                                 out_meta.nbytes.eq(Mux(last_beat, task.last_bytes, 4 * lanes)),
+                                 out_meta.flush.eq(last_beat)]
+                    with m.If(last_beat):
                         m.d.sync += [sum_b.eq(0), sum_e.eq(sum_e + 1),
                                      entry_dest.eq(entry_dest + (p.feature_dim << 2))]
                     with m.Else():

@@ -203,6 +203,12 @@ class PositionSampler(wiring.Component):
                     m.d.sync += [busy.eq(0), listing.eq(0)]
 
         # ---- Floyd: output of the decision stage (room was reserved when the draw was issued)
+        # (while no draw is held, the held draw's registers follow the decision stage every cycle,
+        # whatever the mode: a flush sets the flags only, and the 170 registers' enable is one
+        # flip-flop's output)
+        with m.If(~h_busy):
+            m.d.sync += [h_j.eq(s_j), h_c.eq(s_c), h_n.eq(s_n), h_m.eq(s_m), h_last.eq(s_last),
+                         h_left.eq(degree - s_j)]
         with m.If(drawing):
             m.d.comb += [out.w_en.eq(emit), out.w_data.eq(position)]
             with m.If(emit):
@@ -215,11 +221,6 @@ class PositionSampler(wiring.Component):
                     m.d.sync += [busy.eq(0), drawing.eq(0)]
 
             # slow path: hold the draw, flush the ones behind it, ask for the exact threshold
-            # (while no draw is held, the held draw's registers follow the decision stage every cycle:
-            # a flush sets the flags only, so it enables a few registers, not 170)
-            with m.If(~h_busy):
-                m.d.sync += [h_j.eq(s_j), h_c.eq(s_c), h_n.eq(s_n), h_m.eq(s_m), h_last.eq(s_last),
-                             h_left.eq(degree - s_j)]
             with m.If(flush):
                 m.d.sync += [h_busy.eq(1), threshold_known.eq(0)]
             with m.If(h_busy & ~h_pending & ~threshold_known):

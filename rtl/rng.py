@@ -140,7 +140,7 @@ class RejectionThreshold(wiring.Component):
         divisor = Signal(32)
         dividend = Signal(32)
         partial = Signal(signed(34))   # the partial remainder, in [-n, n)
-        threshold = Signal(32)
+        result = Signal(32)   # (not "threshold": the sampler names the instance so)
         step = Signal(range(32))
         busy = Signal()
         correcting = Signal()
@@ -168,9 +168,9 @@ class RejectionThreshold(wiring.Component):
             with m.If(step == 31):
                 m.d.sync += [busy.eq(0), correcting.eq(1)]
         with m.If(correcting):
-            m.d.sync += [threshold.eq(Mux(partial[-1], partial + divisor, partial)[:32]),
+            m.d.sync += [result.eq(Mux(partial[-1], partial + divisor, partial)[:32]),
                          correcting.eq(0), self.o.valid.eq(1)]
-        m.d.comb += self.o.payload.eq(threshold)
+        m.d.comb += self.o.payload.eq(result)
         with m.If(self.o.valid & self.o.ready):
             m.d.sync += self.o.valid.eq(0)
         return m

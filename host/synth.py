@@ -369,6 +369,7 @@ def _timing_blocks() -> dict:
     from smartsage.rtl.feature_aggregator import FeatureAggregator
     from smartsage.rtl.frontier_prefetcher import FrontierPrefetcher
     from smartsage.rtl.position_sampler import PositionSampler
+    from smartsage.rtl.write_combiner import WriteCombiner
 
     blocks = {
         "command_sequencer": CommandSequencer,
@@ -376,6 +377,9 @@ def _timing_blocks() -> dict:
         "feature_aggregator": FeatureAggregator,
         "frontier_prefetcher": FrontierPrefetcher,
         "position_sampler": lambda config: PositionSampler(config.max_fanout),
+        # as the kernel builds it: a port per lane and one for the sequencer's fields
+        "write_combiner": lambda config: WriteCombiner(config.data_width, config.outstanding_reads,
+                                                       ports=config.lanes + 1),
     }
     assert tuple(blocks) == TIMING_BLOCKS
     return blocks
@@ -383,7 +387,7 @@ def _timing_blocks() -> dict:
 
 #: Names accepted by ``smartsage rtl synth --block``.
 TIMING_BLOCKS = ("command_sequencer", "edge_streamer", "feature_aggregator", "frontier_prefetcher",
-                 "position_sampler")
+                 "position_sampler", "write_combiner")
 
 
 def time_blocks(names, config: KernelConfig, out_dir: str | os.PathLike) -> list[TimingReport]:

@@ -136,45 +136,47 @@ class WriteCombiner(wiring.Component):
             push_address = Signal(ADDRESS_WIDTH, name=f"push_address{number}")
             push_beat = Signal(beat_layout, name=f"push_beat{number}")
             taking = port.valid & port.ready
+            # (the beat pushed is always the open one, so its address is a register: whether it
+            # continues the run is worked out from registers alone, beside the field's handshake)
             m.d.comb += [port.ready.eq(beats.w_rdy & runs.w_rdy), beats.w_data.eq(push_beat),
-                         beats.w_en.eq(push)]
+                         beats.w_en.eq(push), push_address.eq(beat_address)]
             with m.If(taking):
                 with m.If(same):
                     with m.If(full):
-                        m.d.comb += [push.eq(1), push_address.eq(beat_address), push_beat.eq(merged)]
+                        m.d.comb += [push.eq(1), push_beat.eq(merged)]
                         m.d.sync += is_open.eq(0)
                     with m.Else():
                         m.d.sync += beat.eq(merged)
                 with m.Else():
-                    m.d.comb += [push.eq(is_open), push_address.eq(beat_address), push_beat.eq(beat)]
+                    m.d.comb += [push.eq(is_open), push_beat.eq(beat)]
                     m.d.sync += [is_open.eq(1), beat_address.eq(field.address & ~(data_bytes - 1)),
                                  beat.data.eq(field_data), beat.strobe.eq(field_strobe)]
             with m.Elif(self.flush & is_open & beats.w_rdy & runs.w_rdy):
-                m.d.comb += [push.eq(1), push_address.eq(beat_address), push_beat.eq(beat)]
+                m.d.comb += [push.eq(1), push_beat.eq(beat)]
                 m.d.sync += is_open.eq(0)
 
             # ---- runs of consecutive beats
             run_open = Signal(name=f"run_open{number}")
             run_first = Signal(ADDRESS_WIDTH, name=f"run_first{number}")
-            run_last = Signal(ADDRESS_WIDTH, name=f"run_last{number}")
+            run_next = Signal(ADDRESS_WIDTH, name=f"run_next{number}")   # the run's last beat + a beat
             run_length = Signal(range(MAX_BURST + 1), name=f"run_length{number}")
             run_out = Signal(run_layout, name=f"run_out{number}")
             m.d.comb += runs.w_data.eq(run_out)
             boundary = BURST_BOUNDARY.bit_length() - 1
             push_first = first_strobed(push_beat.strobe, f"push_first{number}")
-            continues = (run_open & (push_address == run_last + data_bytes)
+            continues = (run_open & (push_address == run_next)
                          & (push_address[:boundary] != 0) & (run_length < MAX_BURST))
             with m.If(push):
                 with m.If(continues):
-                    m.d.sync += [run_last.eq(push_address), run_length.eq(run_length + 1)]
-                    with m.If(run_length + 1 == MAX_BURST):  # full: published at once
+                    m.d.sync += [run_next.eq(push_address + data_bytes), run_length.eq(run_length + 1)]
+                    with m.If(run_length == MAX_BURST - 1):  # full: published at once
                         m.d.comb += [runs.w_en.eq(1), run_out.first.eq(run_first), run_out.length.eq(MAX_BURST)]
                         m.d.sync += run_open.eq(0)
                 with m.Else():
                     m.d.comb += [runs.w_en.eq(run_open), run_out.first.eq(run_first),
                                  run_out.length.eq(run_length)]
                     m.d.sync += [run_open.eq(1), run_first.eq(push_address | push_first),
-                                 run_last.eq(push_address), run_length.eq(1)]
+                                 run_next.eq(push_address + data_bytes), run_length.eq(1)]
             with m.Elif(self.flush & ~is_open & run_open):
                 m.d.comb += [runs.w_en.eq(1), run_out.first.eq(run_first), run_out.length.eq(run_length)]
                 m.d.sync += run_open.eq(0)

@@ -96,11 +96,11 @@ class BeatWriter(wiring.Component):
 
         # a merged beat waits in ``merged`` (two entries: its ``w_rdy`` is a register, so the piece's
         # handshake does not run through the burst logic below); from there it joins the open burst if
-        # it is the next beat of it (``run_next``, a register) in the same 4 KiB page, else the open
+        # it is the next beat of it in the same 4 KiB page (``follows``, a bit worked out as it was merged), else the open
         # burst is closed first; a burst is also closed at WRITE_BURST_BEATS beats and on a cycle
         # without a beat
         beat_layout = data.StructLayout({"address": ADDRESS_WIDTH, "data": width, "strobe": data_bytes,
-                                         "first_byte": range(data_bytes)})
+                                         "first_byte": range(data_bytes), "follows": 1})
         m.submodules.merged = merged = SyncFIFO(width=beat_layout.size, depth=2)
         want = Signal()
         emit_address = Signal(ADDRESS_WIDTH)
@@ -111,16 +111,23 @@ class BeatWriter(wiring.Component):
             with m.If(emit_strobe[i]):
                 m.d.comb += first_byte.eq(i)
         can_emit = merged.w_rdy
-        m.d.comb += [merged.w_data.eq(Cat(emit_address, emit_data, emit_strobe, first_byte)),
+        # whether a beat follows the beat merged before it in the same 4 KiB page (a run's next
+        # address is its last joined beat's + a beat, and beats join in the order they are merged):
+        # worked out as the beat goes in, against a register, so the burst logic reads one bit of the
+        # buffer, not an address compare
+        emitted_next = Signal(ADDRESS_WIDTH)   # the last merged beat's address + data_bytes
+        follows = Signal()
+        m.d.comb += [follows.eq((emit_address == emitted_next) & (emit_address[:12] != 0)),
+                     merged.w_data.eq(Cat(emit_address, emit_data, emit_strobe, first_byte, follows)),
                      merged.w_en.eq(want)]
+        with m.If(want & can_emit):
+            m.d.sync += emitted_next.eq(emit_address + data_bytes)
 
         beat = beat_layout(merged.r_data)
         run_open = Signal()
         run = Signal(burst_layout)
-        run_next = Signal(ADDRESS_WIDTH)   # run.address + run.beats x data_bytes
         continues = Signal()
-        m.d.comb += continues.eq(run_open & (beat.address == run_next) & (beat.address[:12] != 0)
-                                 & (run.beats < WRITE_BURST_BEATS))
+        m.d.comb += continues.eq(run_open & beat.follows & (run.beats < WRITE_BURST_BEATS))
         closing = Signal()
         m.d.comb += closing.eq(run_open & (~merged.r_rdy | ~continues))
         joined = merged.r_rdy & beats.w_rdy & (~closing | (bursts.w_rdy & lengths.w_rdy))
@@ -130,7 +137,6 @@ class BeatWriter(wiring.Component):
             m.d.comb += [bursts.w_en.eq(1), lengths.w_en.eq(1)]
             m.d.sync += run_open.eq(0)
         with m.If(joined):
-            m.d.sync += run_next.eq(beat.address + data_bytes)
             with m.If(continues):
                 m.d.sync += run.beats.eq(run.beats + 1)
             with m.Else():

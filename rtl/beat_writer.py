@@ -115,13 +115,15 @@ class BeatWriter(wiring.Component):
         # address is its last joined beat's + a beat, and beats join in the order they are merged):
         # worked out as the beat goes in, against a register, so the burst logic reads one bit of the
         # buffer, not an address compare
+        # (both candidates, the holding beat and the piece's beat, are compared from registers and
+        # the result picked with the address, so no compare sits behind the piece's handshake)
         emitted_next = Signal(ADDRESS_WIDTH)   # the last merged beat's address + data_bytes
         follows = Signal()
-        m.d.comb += [follows.eq((emit_address == emitted_next) & (emit_address[:12] != 0)),
-                     merged.w_data.eq(Cat(emit_address, emit_data, emit_strobe, first_byte, follows)),
+        emit_next = Signal(ADDRESS_WIDTH)      # the merged beat's address + data_bytes
+        m.d.comb += [merged.w_data.eq(Cat(emit_address, emit_data, emit_strobe, first_byte, follows)),
                      merged.w_en.eq(want)]
         with m.If(want & can_emit):
-            m.d.sync += emitted_next.eq(emit_address + data_bytes)
+            m.d.sync += emitted_next.eq(emit_next)
 
         beat = beat_layout(merged.r_data)
         run_open = Signal()
@@ -144,7 +146,9 @@ class BeatWriter(wiring.Component):
                              run.first.eq(beat.address | beat.first_byte), run.beats.eq(1)]
 
         def emit(address, value, strobe):
-            m.d.comb += [want.eq(1), emit_address.eq(address), emit_data.eq(value), emit_strobe.eq(strobe)]
+            m.d.comb += [want.eq(1), emit_address.eq(address), emit_data.eq(value), emit_strobe.eq(strobe),
+                         follows.eq((address == emitted_next) & (address[:12] != 0)),
+                         emit_next.eq(address + data_bytes)]
 
         # AW: the closed bursts; W: their beats, once closed (wlast from the length)
         head = Signal(burst_layout)

@@ -182,6 +182,8 @@ class CommandSequencer(KernelBlock):
                          Signal(range(len(desc_words) + 1), name="descriptor_answered"))
         image_counters = (Signal(range(len(image_names) + 1), name="image_asked"),
                           Signal(range(len(image_names) + 1), name="image_answered"))
+        fetching_descriptor = Signal(name="fetching_descriptor")   # in DESCRIPTOR
+        fetching_header = Signal(name="fetching_header")           # in IMAGE
 
         def desc(name):
             offset, size = field_span(DESCRIPTOR_FIELDS, name)
@@ -270,6 +272,10 @@ class CommandSequencer(KernelBlock):
             m.d.sync += key_wait.eq(key_wait - 1)
 
         m.d.sync += counts_end.eq(counts_base + frontier_size)
+        # the hop's counts check, registered a cycle after counts_end (both settle while the hop key
+        # does: HOP decides MIX32_LATENCY + 1 cycles after it is entered)
+        counts_fit = Signal()
+        m.d.sync += counts_fit.eq(self._fits(counts_end, counts_capacity, "counts"))
         busy = Signal()
         with m.If(busy):
             m.d.sync += cycles.eq(cycles + 1)
@@ -290,11 +296,14 @@ class CommandSequencer(KernelBlock):
                 m.d.sync += prefetching.eq(0)
                 to_finish()
 
-        def read_words(name, reader, words, counters, address_of, capture, then):
+        def read_words(name, reader, words, counters, fetching, address_of, capture, then):
             """One state: the reads of ``words`` words go out back to back (``address_of(i)``) while
             their answers are taken in order (``capture(i, word)``); then ``then()``. One round trip
-            in all, not one per word (a storage page latency each, under the SSD model)."""
+            in all, not one per word (a storage page latency each, under the SSD model). ``fetching``
+            is the state as a flip-flop (set on the way in, cleared here on the way out): the answers'
+            captures are enabled by it, not by the state decoded in LUTs."""
             asked, answered = counters
+            captures.append((fetching, reader, answered, capture))
             with m.State(name):
                 with m.If(asked != words):
                     m.d.comb += [reader.request.valid.eq(1), reader.request.payload.eq(address_of(asked))]
@@ -303,12 +312,12 @@ class CommandSequencer(KernelBlock):
                 m.d.comb += reader.response.ready.eq(1)
                 with m.If(reader.response.valid):
                     with m.If(reader.response.payload.error):
+                        m.d.sync += fetching.eq(0)
                         fail(Status.STORAGE_ERROR, value=reader.response.payload.address)
                     with m.Else():
-                        capture(answered, reader.response.payload.data)
                         m.d.sync += answered.eq(answered + 1)
                         with m.If(answered == words - 1):
-                            m.d.sync += [asked.eq(0), answered.eq(0)]
+                            m.d.sync += [asked.eq(0), answered.eq(0), fetching.eq(0)]
                             then()
 
         def write_state(name, address, value, wide, then):
@@ -357,12 +366,14 @@ class CommandSequencer(KernelBlock):
         pair = self.pairs.payload
         job_in = self.job.payload
         count = Signal(range(cfg.max_fanout + 1))
+        take = Signal()     # FRONTIER hands the node at the queues' heads on this cycle
         m.d.comb += [
             count.eq(pair.count),
             job_in.key.eq(entry.key), job_in.degree.eq(pair.degree[:32]), job_in.count.eq(count),
             job_in.edge_start.eq(pair.start), job_in.base.eq(written),
         ]
 
+        captures = []   # (fetching, reader, answered, capture) of each read_words state, wired after the FSM
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += self.idle.eq(1)
@@ -375,6 +386,7 @@ class CommandSequencer(KernelBlock):
                         status.eq(Status.OK), error_hop.eq(0),
                         error_index.eq(0), error_value.eq(0), result_valid.eq(0), cycles.eq(1),
                         storage_bytes.eq(0), busy.eq(1), written.eq(0), counts_base.eq(0),
+                        fetching_descriptor.eq(1),
                     ]
                     m.next = "DESCRIPTOR"
 
@@ -389,16 +401,16 @@ class CommandSequencer(KernelBlock):
 
             def desc_next():
                 # the seed is final from the next cycle: the command key settles while the header is read
-                m.d.sync += [result_valid.eq(1), key_wait.eq(2 * MIX32_LATENCY + 1)]
+                m.d.sync += [result_valid.eq(1), key_wait.eq(2 * MIX32_LATENCY + 1), fetching_header.eq(1)]
                 m.next = "IMAGE"
 
-            read_words("DESCRIPTOR", self.descriptor_reads, len(desc_words), desc_counters,
+            read_words("DESCRIPTOR", self.descriptor_reads, len(desc_words), desc_counters, fetching_descriptor,
                        lambda i: descriptor_base + i * 8, capture_into(desc_words), desc_next)
 
             def image_next():
                 m.next = "CHECK_LATCH"
 
-            read_words("IMAGE", self.header_reads, len(image_names), image_counters,
+            read_words("IMAGE", self.header_reads, len(image_names), image_counters, fetching_header,
                        lambda i: image_base + image_offsets[i], capture_into(image_words), image_next)
 
             # ---- section 5 checks 1-2, first failure wins: each check's outcome is registered (one
@@ -449,6 +461,10 @@ class CommandSequencer(KernelBlock):
 
             # ---- hops
             with m.State("HOP"):
+                # the hop's registers follow their values in every cycle of the state (nothing reads
+                # them before FRONTIER), so the decision below enables no payload register
+                m.d.sync += [hop_key.eq(hop_mixed), frontier_index.eq(0), frontier_end.eq(frontier_size == 0),
+                             count_address.eq(counts_ptr + (counts_base << 2)), fanout.eq(fanouts[hop])]
                 with m.If((hop == num_hops) & aggregate):
                     m.d.sync += [feature_bytes.eq(0), multiplicand.eq(last_size), multiplier.eq(feature_dim)]
                     m.next = "FEATURES_MULTIPLY"
@@ -456,13 +472,10 @@ class CommandSequencer(KernelBlock):
                     to_finish()
                 with m.Elif(key_wait != 0):  # hop_key and counts_end settle
                     pass
-                with m.Elif(~self._fits(counts_end, counts_capacity, "counts")):
+                with m.Elif(~counts_fit):
                     fail(Status.COUNTS_CAPACITY, hop_value=hop, value=counts_end)
                 with m.Else():
-                    m.d.sync += [hop_key.eq(hop_mixed),
-                                 frontier_index.eq(0), frontier_end.eq(frontier_size == 0),
-                                 count_address.eq(counts_ptr + (counts_base << 2)),
-                                 fanout.eq(fanouts[hop]), prefetching.eq(1)]
+                    m.d.sync += prefetching.eq(1)
                     m.d.comb += self.restart_prefetch.eq(1)
                     m.next = "FRONTIER"
             with m.State("HOP_WAIT"):  # the edge streamer finishes the hop's last jobs
@@ -482,7 +495,14 @@ class CommandSequencer(KernelBlock):
             with m.State("FRONTIER"):
                 # one node per cycle, in frontier order: range check, degree, room in the node list,
                 # then the node is handed to the edge streamer with its place reserved (the job and
-                # its count are formed from the heads of the queues, before the state machine)
+                # its count are formed from the heads of the queues, before the state machine). The
+                # walk's registers load in every cycle of the state, stepped by what is taken (``take``
+                # picks the addends), so the decision enables none of their ~260 flip-flops
+                taken_count = Mux(take, count, 0)
+                m.d.sync += [written.eq(written + taken_count), nodes_room.eq(nodes_room - taken_count),
+                             frontier_index.eq(frontier_index + take),
+                             frontier_end.eq(Mux(take, frontier_index + 1 == frontier_size, frontier_end)),
+                             count_address.eq(count_address + Cat(Const(0, 2), take))]
                 with m.If(frontier_end):
                     m.d.sync += prefetching.eq(0)
                     m.next = "HOP_WAIT"
@@ -510,11 +530,7 @@ class CommandSequencer(KernelBlock):
                                 fields_out.payload.data.eq(count), fields_out.payload.wide.eq(0),
                             ]
                             with m.If(dispatchable & fields_out.ready):
-                                m.d.comb += [self.nodes.ready.eq(1), self.pairs.ready.eq(1)]
-                                m.d.sync += [written.eq(written + count), nodes_room.eq(nodes_room - count),
-                                             frontier_index.eq(frontier_index + 1),
-                                             frontier_end.eq(frontier_index + 1 == frontier_size),
-                                             count_address.eq(count_address + 4)]
+                                m.d.comb += [self.nodes.ready.eq(1), self.pairs.ready.eq(1), take.eq(1)]
                 abort_on_streamer_error()
 
             # ---- AGGREGATE (section 5 step 5, then section 4): room for the self rows and the sums
@@ -592,6 +608,11 @@ class CommandSequencer(KernelBlock):
                 m.d.comb += self.done.eq(1)
                 m.d.sync += busy.eq(0)
                 m.next = "IDLE"
+
+        # the fetched words land in their registers while their state's flag is set
+        for fetching, reader, answered, capture in captures:
+            with m.If(fetching & reader.response.valid & ~reader.response.payload.error):
+                capture(answered, reader.response.payload.data)
 
         # a lane's read error (after the state machine: it wins over a failure of the same cycle)
         with m.If(self.streamer_error):

@@ -71,7 +71,8 @@ class EdgeStreamer(KernelBlock):
     abandon : ``In(1)``
         The command ends: drop the job and the answers.
     halt : ``In(1)``
-        Some lane hit a read error: take no more work.
+        Another lane hit a read error (registered by the kernel): take no more work (this lane's own
+        error stops it at once).
     clear : ``In(1)``
         Empty the FIFOs and counters (a command's start and end).
     reset_samplers : ``In(1)``
@@ -105,7 +106,7 @@ class EdgeStreamer(KernelBlock):
         ids_per_beat = data_bytes // 4
         port, appends, jobs = self.reads, self.appends, self.job
         wide_ids, fanout = self.wide_ids, self.fanout
-        finishing, back_error, job_reset = self.abandon, self.halt, self.clear
+        finishing, job_reset = self.abandon, self.clear
 
         # A command that ends early (an error mid-sample) can leave positions in the samplers: they
         # are reset when the next command starts. The samplers take jobs in turn, so the others'
@@ -113,6 +114,12 @@ class EdgeStreamer(KernelBlock):
         samplers = [PositionSampler(cfg.max_fanout) for _ in range(SAMPLERS_PER_LANE)]
         for number, sampler in enumerate(samplers):
             m.submodules[f"positions{number}"] = ResetInserter(self.reset_samplers)(sampler)
+
+        # the collector: one id per cycle, at the job's place (base + i), job after job (wired below)
+        m.submodules.collector = collector = NodeListCollector(cfg)
+        # stop taking work: this lane's read error at once, another lane's as ``halt`` (a cycle later)
+        back_error = Signal()
+        m.d.comb += back_error.eq(self.halt | collector.failed)
 
         answered = port.response.valid & port.response.ready
         answer_ids = port.answer_tag
@@ -141,15 +148,19 @@ class EdgeStreamer(KernelBlock):
         ticket = Signal(ticket_layout)
         collect_in = Signal(collect_layout)
         turn = Signal(range(SAMPLERS_PER_LANE))
-        # the job at the queue's head is staged for a cycle: whether it is dense, its first edge's
-        # storage address and its place's device address are worked out on the way in, so the
-        # decision to take it (``go``) reads flip-flops only. (Two slots taken in turn, so that ``go``
-        # enables no payload register, were tried: 84.8 MHz instead of 88.8 on the block proxy, the
-        # slot mux in front of every sampler's request, and 3,327 cycles instead of 3,323.)
+        # the job at the queue's head is staged: whether it is dense, its first edge's storage address
+        # and its place's device address are worked out on the way in. The stage is a two-entry FIFO
+        # (LUT-RAM), so taking a job (``go``) moves pointers and enables no payload register
+        # (a staged job in flip-flops, loaded when ``go``, put ~200 enables behind the decision: the
+        # edge streamer's critical path on the ECP5 proxy); the samplers' node registers follow the
+        # head while they are idle.
         staged_layout = data.StructLayout({"key": 32, "degree": 32, "count": range(cfg.max_fanout + 1),
                                            "dense": 1, "edge_address": 64, "node_address": 64})
-        staged = Signal(staged_layout)
-        staged_valid = Signal()
+        stage = SyncFIFO(width=staged_layout.size, depth=2)
+        m.submodules.stage = ResetInserter(job_reset)(stage)
+        staged = staged_layout(stage.r_data)
+        staged_in = Signal(staged_layout)
+        staged_valid = stage.r_rdy
         incoming = job_layout(jobs.payload)
         # the sampler whose turn it is, also one-hot: each sampler's request.valid is an AND of
         # flip-flops (it never waits for its ready), and its ready is not muxed into any load
@@ -161,21 +172,19 @@ class EdgeStreamer(KernelBlock):
         m.d.sync += [tickets_room.eq(tickets.level < tickets.depth - 1),
                      collects_room.eq(collects.level < collects.depth - 1)]
         go = Signal()
-        stage_job = Signal()
         m.d.comb += [
             offer.eq(staged_valid & tickets_room & collects_room & ~finishing & ~back_error),
             go.eq(offer & (staged.dense | (Cat(*(sampler.request.ready for sampler in samplers)) & turn_hot).any())),
-            stage_job.eq(~staged_valid | go),
-            jobs.ready.eq(stage_job),
+            stage.r_en.eq(go),
+            staged_in.key.eq(incoming.key), staged_in.degree.eq(incoming.degree), staged_in.count.eq(incoming.count),
+            staged_in.dense.eq(incoming.degree == incoming.count),
+            staged_in.edge_address.eq(self.indices_base + id_offset(wide_ids, incoming.edge_start)),
+            staged_in.node_address.eq(self.nodes_ptr + id_offset(wide_ids, incoming.base)),
+            # it holds one job, as a register would (a second place only for the cycle the head
+            # leaves): taking jobs ahead of the samplers unbalances the lanes (3,346 cycles instead of
+            # 3,321 in the cycle-count test with a job taken into the second place)
+            stage.w_data.eq(staged_in), stage.w_en.eq(jobs.valid & jobs.ready), jobs.ready.eq(~staged_valid | go),
         ]
-        with m.If(stage_job):
-            m.d.sync += [staged_valid.eq(jobs.valid), staged.key.eq(incoming.key),
-                         staged.degree.eq(incoming.degree), staged.count.eq(incoming.count),
-                         staged.dense.eq(incoming.degree == incoming.count),
-                         staged.edge_address.eq(self.indices_base + id_offset(wide_ids, incoming.edge_start)),
-                         staged.node_address.eq(self.nodes_ptr + id_offset(wide_ids, incoming.base))]
-        with m.If(job_reset):
-            m.d.sync += staged_valid.eq(0)
         m.d.comb += [
             ticket_in.sampler.eq(turn), ticket_in.dense.eq(staged.dense), ticket_in.count.eq(staged.count),
             ticket_in.edge_address.eq(staged.edge_address),
@@ -257,8 +266,7 @@ class EdgeStreamer(KernelBlock):
             answers.w_data.eq(answer_in), answers.w_en.eq(port.response.valid & ~finishing),
             port.response.ready.eq(answers.w_rdy),
         ]
-        # the collector: one id per cycle, at the job's place (base + i), job after job
-        m.submodules.collector = collector = NodeListCollector(cfg)
+        # the collector's wiring
         m.d.comb += [
             collector.answers.valid.eq(answers.r_rdy), collector.answers.payload.eq(answers.r_data),
             answers.r_en.eq(collector.answers.ready),

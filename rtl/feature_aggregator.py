@@ -559,7 +559,9 @@ class FeatureAggregator(wiring.Component):
         sum_piece = Signal(piece_layout)
         sum_valid = Signal()
         sum_ready = Signal()
-        written_bytes = (unit_index << unit_log2)[:16]
+        # the bytes of the row already written (unit_index << unit_log2), a register stepped with
+        # unit_index: no shifter in front of the piece's address and size
+        written_bytes = Signal(16)
         left_bytes = record.bytes - written_bytes
         m.d.comb += [
             self_piece.data.eq(unit.data),
@@ -587,7 +589,8 @@ class FeatureAggregator(wiring.Component):
         chunk_done = Signal()
         m.d.comb += chunk_done.eq(taken & ends_chunk & ~unit.error & ~draining)
         with m.If(taken):
-            m.d.sync += unit_index.eq(Mux(unit.last, 0, unit_index + 1))
+            m.d.sync += [unit_index.eq(Mux(unit.last, 0, unit_index + 1)),
+                         written_bytes.eq(Mux(unit.last, 0, written_bytes + unit_bytes))]
             m.d.comb += work_head.o.ready.eq(unit.last)
         m.d.sync += [history_valid.eq(Cat(sample_accept, history_valid[:-1])),
                      history[0].eq(acc_address)]

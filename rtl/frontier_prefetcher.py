@@ -104,14 +104,20 @@ class FrontierPrefetcher(KernelBlock):
         def id_of(word, address):
             return Mux(wide_ids, word, Mux(address[2], word[32:], word[:32]))
 
+        # the frontier's reads: whether one is left is a flag register (no 64-bit compare of the
+        # index with the frontier's size in front of the read engine's handshake)
         prefetch_index = Signal(64)
-        with m.If(prefetching & (prefetch_index != self.frontier_size)):
+        prefetch_left = Signal(64)      # frontier_size - prefetch_index
+        prefetch_more = Signal()        # prefetch_left != 0
+        with m.If(prefetching & prefetch_more):
             m.d.comb += [mem.request.valid.eq(1),
                          mem.request.payload.eq(self.nodes_ptr + id_offset(wide_ids, prefetch_index))]
             with m.If(mem.request.ready):
-                m.d.sync += prefetch_index.eq(prefetch_index + 1)
+                m.d.sync += [prefetch_index.eq(prefetch_index + 1), prefetch_left.eq(prefetch_left - 1),
+                             prefetch_more.eq(prefetch_left != 1)]
         with m.If(self.restart):
-            m.d.sync += prefetch_index.eq(0)
+            m.d.sync += [prefetch_index.eq(0), prefetch_left.eq(self.frontier_size),
+                         prefetch_more.eq(self.frontier_size != 0)]
 
         # Checked frontier entries (with their RNG key H_v, computed here) and the indptr pairs
         # of the in-range ones, both in frontier order. Up to ``ahead`` nodes are in flight.

@@ -35,7 +35,7 @@ The blocks (docs/rtl.md, "The command pipeline"), each in a file of its own:
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, ResetInserter
+from amaranth.hdl import Cat, ClockDomain, ClockSignal, DomainRenamer, Module, Mux, ResetInserter, ResetSignal, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -71,23 +71,37 @@ def storage_master_names(config: KernelConfig) -> list[str]:
     return ["m_axi_storage"] + [lane_master_name(lane) for lane in range(config.lanes)]
 
 
-def _share_reads(m, engine, first, second):
-    """Two requesters on one read engine, one at a time (the first's requests win when both ask):
-    requests merged, answers to both, an answer taken when either takes it. A tag, an answer's tag
-    and the beat go to and from the second only (the first has none)."""
+def _share_reads(m, engine, first, second, second_owns, answers_buffer=None):
+    """Two requesters on one read engine, one at a time: ``second_owns`` (a register: the sequencer's
+    ``prefetch``, high while the prefetcher runs, with no read of the first in flight then or when it
+    drops) picks whose requests go out and who gets the answers, so neither requester's handshake
+    runs through the other's (the whole kernel's critical path on the ECP5 proxy was the sequencer's
+    state, as its read handshake, through the engine into the prefetcher). A tag, an answer's tag and
+    the beat go to and from the second only (the first has none). With ``answers_buffer`` (a
+    :class:`StreamBuffer` of the answers) the second's answers start at flip-flops."""
     m.d.comb += [
-        engine.request.valid.eq(first.request.valid | second.request.valid),
-        engine.request.payload.eq(Mux(first.request.valid, first.request.payload, second.request.payload)),
-        engine.response.ready.eq(first.response.ready | second.response.ready),
+        engine.request.valid.eq(Mux(second_owns, second.request.valid, first.request.valid)),
+        engine.request.payload.eq(Mux(second_owns, second.request.payload, first.request.payload)),
+        first.request.ready.eq(engine.request.ready & ~second_owns),
+        second.request.ready.eq(engine.request.ready & second_owns),
+        first.response.valid.eq(engine.response.valid & ~second_owns),
+        first.response.payload.eq(engine.response.payload),
     ]
-    for requester in (first, second):
-        m.d.comb += [requester.request.ready.eq(engine.request.ready),
-                     requester.response.valid.eq(engine.response.valid),
-                     requester.response.payload.eq(engine.response.payload)]
+    if answers_buffer is not None:
+        m.d.comb += [answers_buffer.i.valid.eq(engine.response.valid & second_owns),
+                     answers_buffer.i.payload.eq(engine.response.payload)]
+        wiring.connect(m, answers_buffer.o, second.response)
+        second_ready = answers_buffer.i.ready
+    else:
+        m.d.comb += [second.response.valid.eq(engine.response.valid & second_owns),
+                     second.response.payload.eq(engine.response.payload)]
+        second_ready = second.response.ready
+    m.d.comb += engine.response.ready.eq(Mux(second_owns, second_ready, first.response.ready))
     members = second.signature.members
     if "tag" in members:
-        m.d.comb += [engine.tag.eq(Mux(first.request.valid, 0, second.tag)), second.answer_tag.eq(engine.answer_tag)]
+        m.d.comb += [engine.tag.eq(Mux(second_owns, second.tag, 0)), second.answer_tag.eq(engine.answer_tag)]
     if "beat" in members:
+        assert answers_buffer is None, "a buffered answer would need its beat buffered with it"
         m.d.comb += second.beat.eq(engine.beat)
 
 
@@ -161,9 +175,17 @@ class SamplerKernel(wiring.Component):
         # last port) are combined into strobed full-beat bursts (the aggregator has its own writer).
         m.submodules.mem_combiner = combiner = WriteCombiner(cfg.data_width, cfg.outstanding_reads,
                                                              ports=lanes + 1)
-        # the feature aggregator (AGGREGATE), after the last hop; reset with every command's start and end
+        # the feature aggregator (AGGREGATE), after the last hop; reset with every command's start and
+        # end, from one flip-flop a cycle after the sequencer's clear (or the kernel's reset): its own
+        # domain on the kernel's clock, so that no OR of the two resets sits in front of the thousands
+        # of registers it reaches (that OR was the whole kernel's path into every aggregator register
+        # on the ECP5 proxy, 15.1 ns)
+        m.domains.aggregate = ClockDomain("aggregate", local=True)
+        aggregate_reset = Signal(init=1)
+        m.d.sync += aggregate_reset.eq(sequencer.clear_jobs)
+        m.d.comb += [ClockSignal("aggregate").eq(ClockSignal()), ResetSignal("aggregate").eq(aggregate_reset)]
         aggregator = FeatureAggregator(cfg)
-        m.submodules.aggregator = ResetInserter(sequencer.clear_jobs)(aggregator)
+        m.submodules.aggregator = DomainRenamer("aggregate")(aggregator)
 
         # ---- control registers and the sequencer
         wiring.connect(m, wiring.flipped(self.s_axi_control), control.s_axi_control)
@@ -175,14 +197,20 @@ class SamplerKernel(wiring.Component):
         ]
 
         # ---- reads: device memory (descriptor, then frontier), storage (header, then indptr)
-        _share_reads(m, mem, sequencer.descriptor_reads, prefetcher.frontier_reads)
-        _share_reads(m, storage.port, sequencer.header_reads, prefetcher.indptr_reads)
+        # the frontier's ids reach the prefetcher through a two-entry buffer (its range check, a 64-bit
+        # compare, starts at flip-flops); emptied with the prefetcher
+        frontier_answers = StreamBuffer(prefetcher.frontier_reads.response.payload.shape())
+        m.submodules.frontier_answers = ResetInserter(sequencer.clear_jobs)(frontier_answers)
+        _share_reads(m, mem, sequencer.descriptor_reads, prefetcher.frontier_reads, sequencer.prefetch,
+                     frontier_answers)
+        _share_reads(m, storage.port, sequencer.header_reads, prefetcher.indptr_reads, sequencer.prefetch)
         wiring.connect(m, wiring.flipped(self.m_axi_storage), storage.bus)
         for name, member in mem.bus.signature.members.items():
             ours, theirs = getattr(self.m_axi_mem, name), getattr(mem.bus, name)
             m.d.comb += ours.eq(theirs) if member.flow == Out else theirs.eq(ours)
         m.d.comb += [storage.drain.eq(sequencer.drain_reads),
-                     sequencer.reads_idle.eq(Cat(mem.idle, storage.idle, *(r.idle for r in lane_readers)).all())]
+                     sequencer.reads_idle.eq(Cat(mem.idle, frontier_answers.idle, storage.idle,
+                                                 *(r.idle for r in lane_readers)).all())]
         storage_beats = []
         for name in storage_master_names(cfg):
             master = getattr(self, name)
@@ -203,6 +231,10 @@ class SamplerKernel(wiring.Component):
         wiring.connect(m, sequencer.job, dispatcher.job)
         m.d.comb += [dispatcher.clear.eq(sequencer.clear_jobs), sequencer.jobs_waiting.eq(dispatcher.waiting)]
         streamers_failed = Cat(*(streamer.failed for streamer in streamers)).any()
+        # another lane's read error stops a lane a cycle later (a flip-flop: the OR across lanes in
+        # front of every lane's job offer was a chip-wide path); a lane's own error stops it at once
+        others_failed = Signal()
+        m.d.sync += others_failed.eq(streamers_failed)
         write_buffers = []
         for lane, (streamer, reader) in enumerate(zip(streamers, lane_readers, strict=True)):
             wiring.connect(m, dispatcher.lanes[lane], streamer.job)
@@ -217,7 +249,7 @@ class SamplerKernel(wiring.Component):
             m.d.comb += [
                 streamer.indices_base.eq(sequencer.indices_base), streamer.nodes_ptr.eq(sequencer.nodes_ptr),
                 streamer.wide_ids.eq(sequencer.wide_ids), streamer.fanout.eq(sequencer.fanout),
-                streamer.abandon.eq(sequencer.abandon), streamer.halt.eq(streamers_failed),
+                streamer.abandon.eq(sequencer.abandon), streamer.halt.eq(others_failed),
                 streamer.clear.eq(sequencer.clear_jobs), streamer.reset_samplers.eq(sequencer.reset_samplers),
                 streamer.resume.eq(sequencer.ready),
                 reader.drain.eq(sequencer.drain_reads), reader.clear.eq(sequencer.clear_jobs),

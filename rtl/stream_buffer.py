@@ -37,8 +37,10 @@ class StreamBuffer(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        head = Signal(self._shape, name="head")
-        skid = Signal(self._shape, name="skid")
+        # the payload registers are read only while their valid flag is set, so a reset need not
+        # reach them (it reaches the two flags only)
+        head = Signal(self._shape, name="head", reset_less=True)
+        skid = Signal(self._shape, name="skid", reset_less=True)
         head_valid = Signal()
         skid_valid = Signal()
         m.d.comb += [

@@ -116,6 +116,7 @@ class WriteCombiner(wiring.Component):
             # ---- the open beat
             is_open = Signal(name=f"open{number}")
             beat_address = Signal(ADDRESS_WIDTH, name=f"beat_address{number}")
+            beat_next = Signal(ADDRESS_WIDTH, name=f"beat_next{number}")   # beat_address + a beat
             beat = Signal(beat_layout, name=f"beat{number}")
             field = port.payload
             offset = field.address[:size_log2]
@@ -150,6 +151,7 @@ class WriteCombiner(wiring.Component):
                 with m.Else():
                     m.d.comb += [push.eq(is_open), push_beat.eq(beat)]
                     m.d.sync += [is_open.eq(1), beat_address.eq(field.address & ~(data_bytes - 1)),
+                                 beat_next.eq((field.address & ~(data_bytes - 1)) + data_bytes),
                                  beat.data.eq(field_data), beat.strobe.eq(field_strobe)]
             with m.Elif(self.flush & is_open & beats.w_rdy & runs.w_rdy):
                 m.d.comb += [push.eq(1), push_beat.eq(beat)]
@@ -168,7 +170,7 @@ class WriteCombiner(wiring.Component):
                          & (push_address[:boundary] != 0) & (run_length < MAX_BURST))
             with m.If(push):
                 with m.If(continues):
-                    m.d.sync += [run_next.eq(push_address + data_bytes), run_length.eq(run_length + 1)]
+                    m.d.sync += [run_next.eq(beat_next), run_length.eq(run_length + 1)]
                     with m.If(run_length == MAX_BURST - 1):  # full: published at once
                         m.d.comb += [runs.w_en.eq(1), run_out.first.eq(run_first), run_out.length.eq(MAX_BURST)]
                         m.d.sync += run_open.eq(0)
@@ -176,7 +178,7 @@ class WriteCombiner(wiring.Component):
                     m.d.comb += [runs.w_en.eq(run_open), run_out.first.eq(run_first),
                                  run_out.length.eq(run_length)]
                     m.d.sync += [run_open.eq(1), run_first.eq(push_address | push_first),
-                                 run_next.eq(push_address + data_bytes), run_length.eq(1)]
+                                 run_next.eq(beat_next), run_length.eq(1)]
             with m.Elif(self.flush & ~is_open & run_open):
                 m.d.comb += [runs.w_en.eq(1), run_out.first.eq(run_first), run_out.length.eq(run_length)]
                 m.d.sync += run_open.eq(0)

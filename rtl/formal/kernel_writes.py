@@ -63,6 +63,7 @@ from smartsage.spec.descriptor import DESCRIPTOR_FIELDS, DESCRIPTOR_SIZE
 
 from ..command_sequencer import CommandSequencer, OutputBuffers
 from ..image_header import field_span
+from ..rng import MIX32_LATENCY
 from .common import Harness, Queue, drive_inputs
 
 __all__ = ["PartsHarness", "SequencerWritesHarness", "SequencerDescriptorHarness", "BROKEN_SEQUENCER_WRITES",
@@ -114,10 +115,11 @@ class _ObservedSequencer(CommandSequencer):
         fsm = m._generated["fsm"]
         self.state = fsm.state
         self.state_code = fsm.encoding
-        (self.counts_base, self.frontier_index, self.frontier_size, self.counts_end, self.key_wait, self.written,
-         self.nodes_room, self.count_address, self.frontier_end) = inner(
-            m, "counts_base", "frontier_index", "frontier_size", "counts_end", "key_wait", "written", "nodes_room",
-            "count_address", "frontier_end")
+        (self.counts_base, self.frontier_index, self.frontier_size, self.counts_end, self.counts_fit, self.key_wait,
+         self.written, self.nodes_room, self.count_address, self.frontier_end, self.fetching_descriptor,
+         self.fetching_header) = inner(
+            m, "counts_base", "frontier_index", "frontier_size", "counts_end", "counts_fit", "key_wait", "written",
+            "nodes_room", "count_address", "frontier_end", "fetching_descriptor", "fetching_header")
         self.check_bad, self.check_live = self._check_flags   # the registered checks and their sources
         return m
 
@@ -189,6 +191,9 @@ class SequencerWritesHarness(PartsHarness):
         # In proof order (PART_ORDER): first the invariants on the sequencer's registers that make
         # the port properties inductive, then the port properties themselves.
         properties = {
+            # the fetches' flags are their states (the fetched words land only then)
+            "fetch_flags": (dut.fetching_descriptor == in_state["DESCRIPTOR"])
+                           & (dut.fetching_header == in_state["IMAGE"]),
             # the checks are registered the cycle before CHECK decides on them
             "checks_registered": ~in_state["CHECK"] | (dut.check_bad == dut.check_live),
             # counts_ptr was checked aligned before the first hop
@@ -197,8 +202,12 @@ class SequencerWritesHarness(PartsHarness):
             "result_ptr_aligned": ~in_state["RESULT"] | (b.result_ptr[:6] == 0),
             # the walk's end is a register kept equal to the compare it replaces
             "frontier_end": ~in_state["FRONTIER"] | (dut.frontier_end == (dut.frontier_index == dut.frontier_size)),
-            "counts_end": ~in_state["HOP"] | (dut.key_wait != 0)
-                          | (dut.counts_end == dut.counts_base + dut.frontier_size),
+            # the hop's counts end and its check settle in HOP's first two cycles (key_wait is
+            # MIX32_LATENCY + 1 as HOP is entered and counts down)
+            "counts_end": ~in_state["HOP"] | (dut.key_wait > MIX32_LATENCY)
+                          | ((dut.counts_end == dut.counts_base + dut.frontier_size)
+                             & ((dut.key_wait == MIX32_LATENCY) | (dut.counts_fit == dut._fits(
+                                 dut.counts_end, b.counts_capacity, "counts")))),
             # during a hop its counts range [counts_base, counts_base + frontier_size) was checked,
             # and the walk is inside it
             "counts_range": ~in_state["FRONTIER"] | ((dut.counts_base + dut.frontier_size <= b.counts_capacity)
@@ -222,7 +231,7 @@ class SequencerWritesHarness(PartsHarness):
 
 
 #: The order of the sequencer_writes parts (see :func:`ordered_parts`): invariants, then port properties.
-PART_ORDER = ("checks_registered", "counts_ptr_aligned", "result_ptr_aligned", "frontier_end", "counts_end",
+PART_ORDER = ("fetch_flags", "checks_registered", "counts_ptr_aligned", "result_ptr_aligned", "frontier_end", "counts_end",
               "counts_range", "nodes_room", "count_address", "nodes_ptr", "aggregate_pointers", "job_slots",
               "field_windows")
 
@@ -298,7 +307,9 @@ class SequencerDescriptorHarness(Harness):
         registers = inner(m.submodules.dut, *(f"desc_word{i}" for i in range(len(words))))
         in_state = {name: dut.state == code for name, code in dut.state_code.items()}
         fetching = in_state["DESCRIPTOR"]
+        fetching_descriptor, fetching_header = inner(m.submodules.dut, "fetching_descriptor", "fetching_header")
         m.d.comb += [
+            Assert((fetching_descriptor == fetching) & (fetching_header == in_state["IMAGE"])),
             Assert(in_state["IDLE"] | (descriptor_base == descriptor)),
             Assert(~result_valid | Cat(*(r == w for r, w in zip(registers, words, strict=True))).all()),
             Assert(fetching | in_state["FINISH"] | ~pending.any),

@@ -77,7 +77,8 @@ class CommandSequencer(KernelBlock):
     nodes : ``In(stream.Signature(FrontierNode))``; pairs : ``In(stream.Signature(IndptrPair))``
         The prefetcher's checked frontier nodes and indptr pairs.
     prefetch : ``Out(1)``; restart_prefetch : ``Out(1)``
-        The hop's frontier is read (the prefetcher runs); a hop starts (from entry 0).
+        The hop's frontier is read (the prefetcher runs); a hop starts (from entry 0): high in the
+        cycle after each cycle of HOP, a flip-flop (the prefetcher takes it while not running).
     frontier_size, nodes_ptr, num_nodes, indptr_base, indices_base : ``Out(64)``
     wide_ids : ``Out(1)``; hop_key : ``Out(32)``; fanout : ``Out(16)``
         What the prefetcher and the lanes need of the command and the hop.
@@ -167,8 +168,15 @@ class CommandSequencer(KernelBlock):
         # in the cycle a command starts or its FINISH begins, only the next
         job_reset, sampler_reset = Signal(), Signal()
         m.d.sync += [self.clear_jobs.eq(job_reset), self.reset_samplers.eq(sampler_reset)]
-        drain_storage, aggregating = self.drain_reads, self.aggregating
+        drain_storage = self.drain_reads
+        # the aggregator owns the buses in AGGREGATE and AGGREGATE_WAIT: a flip-flop set on the way
+        # in and cleared on the way out (it muxes every signal of both buses; decoded from the state
+        # it put the state's LUTs in front of the read engines' answers across the kernel)
+        aggregating = Signal()
+        m.d.comb += self.aggregating.eq(aggregating)
         m.d.comb += [drain_storage.eq(finishing), self.flush_writes.eq(finishing)]
+
+        m.d.sync += self.restart_prefetch.eq(0)   # (set in HOP, below)
 
         # ---- command state
         image_base = Signal(64)
@@ -249,6 +257,7 @@ class CommandSequencer(KernelBlock):
         command_key = Signal(32)
         hop_key = Signal(32)
         hop = Signal(range(SPEC_MAX_HOPS + 1))
+        last_hop = Signal()     # hop == num_hops, set with hop (HOP decides on it in its first cycle)
         frontier_index = Signal(64)
         frontier_end = Signal()     # frontier_index == frontier_size, as a register (during a hop)
         frontier_size = Signal(64)
@@ -451,7 +460,7 @@ class CommandSequencer(KernelBlock):
                         indptr_base.eq(image_base + image("indptr")),
                         indices_base.eq(image_base + image("indices")),
                         written.eq(num_targets), nodes_room.eq(nodes_capacity - num_targets),
-                        frontier_size.eq(num_targets), counts_base.eq(0), hop.eq(0),
+                        frontier_size.eq(num_targets), counts_base.eq(0), hop.eq(0), last_hop.eq(num_hops == 0),
                     ]
                     m.next = "COMMAND_KEY"
             with m.State("COMMAND_KEY"):
@@ -462,13 +471,16 @@ class CommandSequencer(KernelBlock):
             # ---- hops
             with m.State("HOP"):
                 # the hop's registers follow their values in every cycle of the state (nothing reads
-                # them before FRONTIER), so the decision below enables no payload register
+                # them before FRONTIER), so the decision below enables no payload register; so does
+                # the prefetcher's restart (a flip-flop, high in the cycle after each HOP cycle: the
+                # prefetcher takes it while it is not active)
+                m.d.sync += self.restart_prefetch.eq(1)
                 m.d.sync += [hop_key.eq(hop_mixed), frontier_index.eq(0), frontier_end.eq(frontier_size == 0),
                              count_address.eq(counts_ptr + (counts_base << 2)), fanout.eq(fanouts[hop])]
-                with m.If((hop == num_hops) & aggregate):
+                with m.If(last_hop & aggregate):
                     m.d.sync += [feature_bytes.eq(0), multiplicand.eq(last_size), multiplier.eq(feature_dim)]
                     m.next = "FEATURES_MULTIPLY"
-                with m.Elif(hop == num_hops):
+                with m.Elif(last_hop):
                     to_finish()
                 with m.Elif(key_wait != 0):  # hop_key and counts_end settle
                     pass
@@ -476,7 +488,6 @@ class CommandSequencer(KernelBlock):
                     fail(Status.COUNTS_CAPACITY, hop_value=hop, value=counts_end)
                 with m.Else():
                     m.d.sync += prefetching.eq(1)
-                    m.d.comb += self.restart_prefetch.eq(1)
                     m.next = "FRONTIER"
             with m.State("HOP_WAIT"):  # the edge streamer finishes the hop's last jobs
                 with m.If(self.streamers_idle & ~self.jobs_waiting):
@@ -486,7 +497,8 @@ class CommandSequencer(KernelBlock):
             def next_hop():
                 # the next frontier is read back from the node list: every append must have landed
                 m.d.sync += [counts_base.eq(counts_base + frontier_size), frontier_size.eq(written),
-                             hop.eq(hop + 1), last_size.eq(frontier_size), last_counts.eq(counts_base),
+                             hop.eq(hop + 1), last_hop.eq((hop + 1)[:len(hop)] == num_hops),
+                             last_size.eq(frontier_size), last_counts.eq(counts_base),
                              key_wait.eq(MIX32_LATENCY + 1)]
                 m.next = "HOP"
 
@@ -550,13 +562,14 @@ class CommandSequencer(KernelBlock):
                 with m.Elif(sum_over):
                     fail(Status.FEATURES_CAPACITY, index_value=1, value=sum_bytes)
                 with m.Else():
+                    m.d.sync += aggregating.eq(1)
                     m.next = "AGGREGATE"
             with m.State("AGGREGATE"):
-                m.d.comb += [aggregating.eq(1), self.aggregate_start.eq(1)]
+                m.d.comb += self.aggregate_start.eq(1)
                 m.next = "AGGREGATE_WAIT"
             with m.State("AGGREGATE_WAIT"):
-                m.d.comb += aggregating.eq(1)
                 with m.If(~self.aggregator_busy):
+                    m.d.sync += aggregating.eq(0)
                     with m.If(self.aggregator_error):
                         fail(Status.STORAGE_ERROR, value=self.aggregator_error_address)
                     with m.Elif(self.aggregator_write_error):

@@ -66,7 +66,7 @@ class FrontierPrefetcher(KernelBlock):
     active : ``In(1)``
         The hop's frontier is being read (reads and answers are taken only then).
     restart : ``In(1)``
-        The next hop starts: read from entry 0.
+        The next hop starts: read from entry 0 (taken while not ``active``).
     frontier_size, nodes_ptr, num_nodes, indptr_base : ``In(64)``
         |F_h|, the node list's device address, N, and the indptr section's storage address.
     wide_ids : ``In(1)``
@@ -115,7 +115,7 @@ class FrontierPrefetcher(KernelBlock):
             with m.If(mem.request.ready):
                 m.d.sync += [prefetch_index.eq(prefetch_index + 1), prefetch_left.eq(prefetch_left - 1),
                              prefetch_more.eq(prefetch_left != 1)]
-        with m.If(self.restart):
+        with m.If(self.restart & ~prefetching):
             m.d.sync += [prefetch_index.eq(0), prefetch_left.eq(self.frontier_size),
                          prefetch_more.eq(self.frontier_size != 0)]
 

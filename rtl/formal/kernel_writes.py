@@ -117,9 +117,13 @@ class _ObservedSequencer(CommandSequencer):
         self.state_code = fsm.encoding
         (self.counts_base, self.frontier_index, self.frontier_size, self.counts_end, self.counts_fit, self.key_wait,
          self.written, self.nodes_room, self.count_address, self.frontier_end, self.fetching_descriptor,
-         self.fetching_header) = inner(
+         self.fetching_header, self.hop, self.last_hop) = inner(
             m, "counts_base", "frontier_index", "frontier_size", "counts_end", "counts_fit", "key_wait", "written",
-            "nodes_room", "count_address", "frontier_end", "fetching_descriptor", "fetching_header")
+            "nodes_room", "count_address", "frontier_end", "fetching_descriptor", "fetching_header", "hop",
+            "last_hop")
+        offset, size = field_span(DESCRIPTOR_FIELDS, "num_hops")
+        word, = inner(m, f"desc_word{offset // 8}")
+        self.num_hops = word[(offset % 8) * 8:(offset % 8 + size) * 8]
         self.check_bad, self.check_live = self._check_flags   # the registered checks and their sources
         return m
 
@@ -194,6 +198,8 @@ class SequencerWritesHarness(PartsHarness):
             # the fetches' flags are their states (the fetched words land only then)
             "fetch_flags": (dut.fetching_descriptor == in_state["DESCRIPTOR"])
                            & (dut.fetching_header == in_state["IMAGE"]),
+            # the last hop's flag is set with the hop
+            "last_hop": ~hopping | (dut.last_hop == (dut.hop == dut.num_hops)),
             # the checks are registered the cycle before CHECK decides on them
             "checks_registered": ~in_state["CHECK"] | (dut.check_bad == dut.check_live),
             # counts_ptr was checked aligned before the first hop
@@ -231,7 +237,7 @@ class SequencerWritesHarness(PartsHarness):
 
 
 #: The order of the sequencer_writes parts (see :func:`ordered_parts`): invariants, then port properties.
-PART_ORDER = ("fetch_flags", "checks_registered", "counts_ptr_aligned", "result_ptr_aligned", "frontier_end", "counts_end",
+PART_ORDER = ("fetch_flags", "last_hop", "checks_registered", "counts_ptr_aligned", "result_ptr_aligned", "frontier_end", "counts_end",
               "counts_range", "nodes_room", "count_address", "nodes_ptr", "aggregate_pointers", "job_slots",
               "field_windows")
 

@@ -96,9 +96,9 @@ class BeatWriter(wiring.Component):
 
         # a merged beat waits in ``merged`` (two entries: its ``w_rdy`` is a register, so the piece's
         # handshake does not run through the burst logic below); from there it joins the open burst if
-        # it is the next beat of it in the same 4 KiB page (``follows``, a bit worked out as it was merged), else the open
-        # burst is closed first; a burst is also closed at WRITE_BURST_BEATS beats and on a cycle
-        # without a beat
+        # it is the next beat of it in the same 4 KiB page (``follows``, a bit worked out as it was
+        # merged), else the open burst is closed first; a burst is also closed at WRITE_BURST_BEATS
+        # beats and on a cycle without a beat
         beat_layout = data.StructLayout({"address": ADDRESS_WIDTH, "data": width, "strobe": data_bytes,
                                          "first_byte": range(data_bytes), "follows": 1})
         m.submodules.merged = merged = SyncFIFO(width=beat_layout.size, depth=2)

@@ -51,7 +51,7 @@ from .job_dispatcher import JobDispatcher
 from .read_stream import ReadStream
 from .stream_buffer import StreamBuffer
 from .tagged_read_stream import TaggedReadStream
-from .write_combiner import AppendWord, WriteCombiner
+from .write_combiner import WriteCombiner
 
 __all__ = ["SamplerKernel", "IMAGE_WORDS", "SUPPORTED_FLAGS", "MAX_LANES", "SAMPLERS_PER_LANE",
            "lane_master_name", "storage_master_names"]
@@ -235,17 +235,12 @@ class SamplerKernel(wiring.Component):
         # front of every lane's job offer was a chip-wide path); a lane's own error stops it at once
         others_failed = Signal()
         m.d.sync += others_failed.eq(streamers_failed)
-        write_buffers = []
         for lane, (streamer, reader) in enumerate(zip(streamers, lane_readers, strict=True)):
             wiring.connect(m, dispatcher.lanes[lane], streamer.job)
             wiring.connect(m, streamer.reads, reader.port)
             wiring.connect(m, wiring.flipped(getattr(self, lane_master_name(lane))), reader.bus)
-            # two-entry buffers in front of the combiner's ports: the producers' valid and payload
-            # would otherwise run through the combiner's run logic into its FIFOs in one cycle
-            m.submodules[f"appends_buffer{lane}"] = appends_buffer = StreamBuffer(AppendWord)
-            wiring.connect(m, streamer.appends, appends_buffer.i)
-            wiring.connect(m, appends_buffer.o, combiner.fields[lane])
-            write_buffers.append(appends_buffer)
+            # (each combiner port starts with a two-entry buffer of its own)
+            wiring.connect(m, streamer.appends, combiner.fields[lane])
             m.d.comb += [
                 streamer.indices_base.eq(sequencer.indices_base), streamer.nodes_ptr.eq(sequencer.nodes_ptr),
                 streamer.wide_ids.eq(sequencer.wide_ids), streamer.fanout.eq(sequencer.fanout),
@@ -263,16 +258,13 @@ class SamplerKernel(wiring.Component):
                                                  | streamers_failed)]
 
         # ---- sampling writes: counts and the result header on the combiner's last port
-        m.submodules.fields_buffer = fields_buffer = StreamBuffer(AppendWord)
-        wiring.connect(m, sequencer.fields, fields_buffer.i)
-        wiring.connect(m, fields_buffer.o, combiner.fields[lanes])
-        write_buffers.append(fields_buffer)
+        wiring.connect(m, sequencer.fields, combiner.fields[lanes])
         for name, member in combiner.bus.signature.members.items():
             ours, theirs = getattr(self.m_axi_mem, name), getattr(combiner.bus, name)
             m.d.comb += ours.eq(theirs) if member.flow == Out else theirs.eq(ours)
         m.d.comb += [
             combiner.flush.eq(sequencer.flush_writes), combiner.clear.eq(sequencer.clear_writes),
-            sequencer.writes_idle.eq(combiner.idle & Cat(*(b.idle for b in write_buffers)).all()),
+            sequencer.writes_idle.eq(combiner.idle),
             sequencer.write_error.eq(combiner.error),
             sequencer.write_error_address.eq(combiner.error_address),
         ]

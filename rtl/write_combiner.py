@@ -8,6 +8,7 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from .axi import ADDRESS_WIDTH, BURST_INCR, RESP_OKAY, AxiWriteSignature, check_data_width
+from .stream_buffer import StreamBuffer
 
 __all__ = ["WriteCombiner", "AppendWord", "MAX_BURST", "BURST_BOUNDARY"]
 
@@ -23,7 +24,9 @@ BURST_BOUNDARY = 4096
 class WriteCombiner(wiring.Component):
     """Merges naturally aligned u32/u64 fields into beats and writes runs of consecutive beats as bursts.
 
-    Each input port owns one *open beat*: a field for the same beat is merged into it (its bytes
+    A field waits a cycle in its port's two-entry input buffer (so the producers' handshakes and
+    payloads do not run into the merge logic). Each input port owns one *open beat*: a field for the
+    same beat is merged into it (its bytes
     strobed), a field for another beat closes it. A beat whose every byte is strobed closes at once;
     ``flush`` closes every open beat (the kernel raises it at each drain point). Closed beats of a
     port queue in its beat FIFO; consecutive closed beats (the next beat address, not past a 4 KiB
@@ -104,8 +107,22 @@ class WriteCombiner(wiring.Component):
             return index
 
         beat_fifos, run_fifos, idles = [], [], []
+        staged_layout = data.StructLayout({"field": AppendWord, "same_beat": 1})
         for number in range(self._ports):
-            port = self.fields[number]
+            # ---- the port's input stage: a two-entry buffer (ready and payload from flip-flops), and
+            # whether a field is for the same beat as the field before it, worked out as it enters
+            # (a compare of the field's address with a register): while a beat is open it is the
+            # previous field's beat, so the merge decision reads one bit, not a 58-bit compare
+            incoming = self.fields[number]
+            stage = StreamBuffer(staged_layout)
+            m.submodules[f"stage{number}"] = stage
+            previous_beat = Signal(ADDRESS_WIDTH - size_log2, name=f"previous_beat{number}")
+            m.d.comb += [stage.i.valid.eq(incoming.valid), incoming.ready.eq(stage.i.ready),
+                         stage.i.payload.field.eq(incoming.payload),
+                         stage.i.payload.same_beat.eq((incoming.payload.address >> size_log2) == previous_beat)]
+            with m.If(incoming.valid & incoming.ready):
+                m.d.sync += previous_beat.eq(incoming.payload.address >> size_log2)
+            port = stage.o
             beats = SyncFIFO(width=beat_layout.size, depth=depth)
             runs = SyncFIFO(width=run_layout.size, depth=depth)
             m.submodules[f"beats{number}"] = beats
@@ -118,14 +135,14 @@ class WriteCombiner(wiring.Component):
             beat_address = Signal(ADDRESS_WIDTH, name=f"beat_address{number}")
             beat_next = Signal(ADDRESS_WIDTH, name=f"beat_next{number}")   # beat_address + a beat
             beat = Signal(beat_layout, name=f"beat{number}")
-            field = port.payload
+            field = port.payload.field
             offset = field.address[:size_log2]
             lane_value = Mux(field.wide, field.data, Cat(field.data[:32], field.data[:32]))
             field_strobe = Signal(data_bytes, name=f"field_strobe{number}")
             m.d.comb += field_strobe.eq(Mux(field.wide, 0xFF, 0x0F) << offset)
             field_data = lane_value.replicate(data_bytes // 8)
             byte_mask = Cat(*(field_strobe[byte].replicate(8) for byte in range(data_bytes)))
-            same = is_open & ((field.address >> size_log2) == (beat_address >> size_log2))
+            same = is_open & port.payload.same_beat
             merged = Signal(beat_layout, name=f"merged{number}")
             m.d.comb += [merged.data.eq((beat.data & ~byte_mask) | (field_data & byte_mask)),
                          merged.strobe.eq(beat.strobe | field_strobe)]
@@ -153,7 +170,8 @@ class WriteCombiner(wiring.Component):
                     m.d.sync += [is_open.eq(1), beat_address.eq(field.address & ~(data_bytes - 1)),
                                  beat_next.eq((field.address & ~(data_bytes - 1)) + data_bytes),
                                  beat.data.eq(field_data), beat.strobe.eq(field_strobe)]
-            with m.Elif(self.flush & is_open & beats.w_rdy & runs.w_rdy):
+            # (a flush closes the open beat once the fields in the input buffer have merged)
+            with m.Elif(self.flush & ~port.valid & is_open & beats.w_rdy & runs.w_rdy):
                 m.d.comb += [push.eq(1), push_beat.eq(beat)]
                 m.d.sync += is_open.eq(0)
 
@@ -179,10 +197,10 @@ class WriteCombiner(wiring.Component):
                                  run_out.length.eq(run_length)]
                     m.d.sync += [run_open.eq(1), run_first.eq(push_address | push_first),
                                  run_next.eq(beat_next), run_length.eq(1)]
-            with m.Elif(self.flush & ~is_open & run_open):
+            with m.Elif(self.flush & ~port.valid & ~is_open & run_open):
                 m.d.comb += [runs.w_en.eq(1), run_out.first.eq(run_first), run_out.length.eq(run_length)]
                 m.d.sync += run_open.eq(0)
-            idles.append(~is_open & ~run_open & ~beats.r_rdy & ~runs.r_rdy)
+            idles.append(stage.idle & ~is_open & ~run_open & ~beats.r_rdy & ~runs.r_rdy)
 
         # ---- AW: one run at a time from the ports in turn, registered (AWADDR holds while AWVALID)
         port_bits = max(1, (self._ports - 1).bit_length())

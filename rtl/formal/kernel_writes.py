@@ -237,9 +237,9 @@ class SequencerWritesHarness(PartsHarness):
 
 
 #: The order of the sequencer_writes parts (see :func:`ordered_parts`): invariants, then port properties.
-PART_ORDER = ("fetch_flags", "last_hop", "checks_registered", "counts_ptr_aligned", "result_ptr_aligned", "frontier_end", "counts_end",
-              "counts_range", "nodes_room", "count_address", "nodes_ptr", "aggregate_pointers", "job_slots",
-              "field_windows")
+PART_ORDER = ("fetch_flags", "last_hop", "checks_registered", "counts_ptr_aligned", "result_ptr_aligned",
+              "frontier_end", "counts_end", "counts_range", "nodes_room", "count_address", "nodes_ptr",
+              "aggregate_pointers", "job_slots", "field_windows")
 
 
 def ordered_parts(m: Module, properties: list, part: int | None):

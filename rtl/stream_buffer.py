@@ -15,8 +15,9 @@ class StreamBuffer(wiring.Component):
     flip-flops (not at a memory's read port): the timing proxy's paths end at its input and start at
     its output. Costs one cycle of latency.
 
-    A skid buffer: ``o`` shows the head register; the second (skid) register takes the payload that
-    arrives in the cycle the consumer stalls, and ``i.ready`` is low while it is full.
+    A skid buffer: ``o`` shows the head register; the second (skid) register keeps the payload that
+    arrives in the cycle the consumer stalls (it follows the input while empty, so no handshake
+    enables it), and ``i.ready`` is low while it is full.
 
     Parameters
     ----------
@@ -52,5 +53,9 @@ class StreamBuffer(wiring.Component):
             m.d.sync += [head.eq(Mux(skid_valid, skid, self.i.payload)), head_valid.eq(skid_valid | self.i.valid),
                          skid_valid.eq(0)]
         with m.Elif(self.i.valid & ~skid_valid):
-            m.d.sync += [skid.eq(self.i.payload), skid_valid.eq(1)]
+            m.d.sync += skid_valid.eq(1)
+        # the skid register follows the input while it is empty (it is read only once skid_valid is
+        # set, and then holds), so its enable is one flip-flop, not the producer's valid
+        with m.If(~skid_valid):
+            m.d.sync += skid.eq(self.i.payload)
         return m

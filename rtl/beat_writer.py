@@ -113,10 +113,10 @@ class BeatWriter(wiring.Component):
         can_emit = merged.w_rdy
         # whether a beat follows the beat merged before it in the same 4 KiB page (a run's next
         # address is its last joined beat's + a beat, and beats join in the order they are merged):
-        # worked out as the beat goes in, against a register, so the burst logic reads one bit of the
-        # buffer, not an address compare
-        # (both candidates, the holding beat and the piece's beat, are compared from registers and
-        # the result picked with the address, so no compare sits behind the piece's handshake)
+        # worked out as the beat goes in, so the burst logic reads one bit of the buffer, not an
+        # address compare. Each candidate (the holding beat, the piece's beat) is compared from
+        # registers in ``emit`` and the result picked with the address, so no compare sits behind
+        # the piece's handshake
         emitted_next = Signal(ADDRESS_WIDTH)   # the last merged beat's address + data_bytes
         follows = Signal()
         emit_next = Signal(ADDRESS_WIDTH)      # the merged beat's address + data_bytes

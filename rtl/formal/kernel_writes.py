@@ -253,7 +253,7 @@ def ordered_parts(m: Module, properties: list, part: int | None):
     and property 0 holds at t (its part assumes no other property at t), then property 1 (its part
     assumes property 0 at t), and so on. Each part's base case likewise assumes only what the
     earlier parts prove. A solver that proves the conjunction at once must refute a disjunction of
-    twelve failures; here each refutation has the earlier properties at hand (the monolithic check
+    fourteen failures; here each refutation has the earlier properties at hand (the monolithic check
     took 377-600 s with z3 here, and over 600 s on a CI machine; the parts take seconds each).
     """
     for i, (name, value) in enumerate(properties):

@@ -430,6 +430,8 @@ BLOCK_PLACER = "heap"
 #: mid-session design in 10 minutes on the shared 2-core machine; on the session's final design
 #: router2 had not converged after 55 iterations (2026-12-01, docs/synthesis.md).
 KERNEL_PLACER = "static"
+#: Yosys' ECP5 synthesis command of the proxy.
+ECP5_SYNTH = "synth_ecp5"
 
 
 def _timing_flow(module, ports, name, out_dir, target_mhz, seed, timeout, placer) -> TimingReport:
@@ -441,7 +443,7 @@ def _timing_flow(module, ports, name, out_dir, target_mhz, seed, timeout, placer
                                                            platform=RegisteredMultipliers("ecp5"),
                                                            emit_src=False, strip_internal_attrs=True))
     _, synth_seconds = _run([yosys, "-q", "-l", "synth_ecp5.log", "-p",
-                             "read_verilog timing_harness.v; synth_ecp5 -top timing_harness -json ecp5.json"],
+                             f"read_verilog timing_harness.v; {ECP5_SYNTH} -top timing_harness -json ecp5.json"],
                             out, timeout)
     try:
         log, pnr_seconds = _run([nextpnr, "--85k", "--package", "CABGA381", "--speed", str(ECP5_SPEED_GRADE),

@@ -8,6 +8,7 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from .axi import ADDRESS_WIDTH, BURST_INCR, RESP_OKAY, AxiWriteSignature, check_data_width
+from .stream_buffer import StreamBuffer
 
 __all__ = ["BeatWriter", "piece_layout", "WRITE_BURST_BEATS"]
 
@@ -28,14 +29,15 @@ def piece_layout(data_width: int) -> data.StructLayout:
 class BeatWriter(wiring.Component):
     """Merges contiguous byte pieces into full-width beats and writes each beat with its strobes.
 
-    A piece is shifted to its place in the beat(s) it covers and merged into a holding beat; a beat
-    is written when a piece fills it up to its last byte, when the next piece belongs to another
-    beat, or when a piece with ``flush`` ends there; a written beat waits in a two-entry buffer (one
-    cycle), so the piece's handshake and the burst gathering are separate paths. Only the pieces'
-    bytes are strobed, so nothing outside them is written. One piece per cycle. Consecutive beats
-    are gathered into INCR bursts (up to :data:`WRITE_BURST_BEATS`, never across 4 KiB; a burst
-    closes when the next beat is not its successor or on a cycle without a beat): its beats wait in
-    a FIFO, then AW and W go out, up to ``outstanding`` bursts in flight; the first error response
+    A piece enters through a two-entry buffer that marks, as it enters, whether it is for the beat of the
+    piece before it and whether it fills its beat (one cycle). It is then shifted to its place in the
+    beat(s) it covers and merged into a holding beat; a beat is written when a piece fills it up to its last
+    byte, when the next piece belongs to another beat, or when a piece with ``flush`` ends there; a written
+    beat waits in a two-entry buffer (one cycle), so the piece's handshake and the burst gathering are
+    separate paths. Only the pieces' bytes are strobed, so nothing outside them is written. One piece per
+    cycle. Consecutive beats are gathered into INCR bursts (up to :data:`WRITE_BURST_BEATS`, never across 4
+    KiB; a burst closes when the next beat is not its successor or on a cycle without a beat): its beats
+    wait in a FIFO, then AW and W go out, up to ``outstanding`` bursts in flight; the first error response
     latches ``error`` and the burst's first strobed byte's address.
 
     Parameters
@@ -170,8 +172,32 @@ class BeatWriter(wiring.Component):
         with m.If(bus.wvalid & bus.wready):
             m.d.sync += sent.eq(Mux(bus.wlast, 0, sent + 1))
 
+        # ---- the input stage: a two-entry buffer (ready and payload from flip-flops) that works out,
+        # as a piece enters, what the merge decision needs of it: whether its beat is the beat of the
+        # piece before it (``same_low``) or the one after (``same_high``: where the piece before it
+        # spilled), whether it reaches its beat's last byte (``fills``) and beyond (``spills``). The
+        # holding beat is always the piece before's beat or its spill, so the decision reads bits,
+        # not a 58-bit address compare and a byte-count sum
+        staged_layout = data.StructLayout({"piece": piece_layout(width), "same_low": 1, "same_high": 1,
+                                           "fills": 1, "spills": 1})
+        m.submodules.stage = stage = StreamBuffer(staged_layout)
+        incoming = self.piece.payload
+        incoming_beat = incoming.address[size_log2:]
+        incoming_end = incoming.address[:size_log2] + incoming.nbytes   # one past its last byte
+        previous_beat = Signal(ADDRESS_WIDTH - size_log2)
+        previous_next = Signal(ADDRESS_WIDTH - size_log2)   # previous_beat + 1
+        m.d.comb += [stage.i.valid.eq(self.piece.valid), self.piece.ready.eq(stage.i.ready),
+                     stage.i.payload.piece.eq(incoming),
+                     stage.i.payload.same_low.eq(incoming_beat == previous_beat),
+                     stage.i.payload.same_high.eq(incoming_beat == previous_next),
+                     stage.i.payload.fills.eq(incoming_end >= data_bytes),
+                     stage.i.payload.spills.eq(incoming_end > data_bytes)]
+        with m.If(self.piece.valid & self.piece.ready):
+            m.d.sync += [previous_beat.eq(incoming_beat), previous_next.eq(incoming_beat + 1)]
+        staged = stage.o.payload
+
         # the incoming piece, placed: low beat at its aligned address, high beat the next one
-        piece = self.piece.payload
+        piece = staged.piece
         place = piece.address[:size_log2]
         beat_address = Signal(ADDRESS_WIDTH)
         placed = Signal(2 * width)
@@ -184,28 +210,29 @@ class BeatWriter(wiring.Component):
         low_strobe = mask[:data_bytes]
         high_strobe = mask[data_bytes:]
         bytes_mask = Cat(*(low_strobe[i].replicate(8) for i in range(data_bytes)))
-        same = hold_valid & (hold_address == beat_address)
+        hold_high = Signal()   # the holding beat is the spill of the piece before (else that piece's beat)
+        same = hold_valid & Mux(hold_high, staged.same_high, staged.same_low)
         merged_data = Mux(same, hold_data, 0) | (placed[:width] & bytes_mask)
         merged_strobe = Mux(same, hold_strobe, 0) | low_strobe
         high_mask = Cat(*(high_strobe[i].replicate(8) for i in range(data_bytes)))
-        fills = high_strobe.any() | mask[data_bytes - 1]
+        fills = staged.fills
 
-        with m.If(hold_valid & (hold_flush | (self.piece.valid & ~same))):
+        with m.If(hold_valid & (hold_flush | (stage.o.valid & ~same))):
             # the holding beat goes first (a flush, or the next piece belongs elsewhere)
             emit(hold_address, hold_data, hold_strobe)
             with m.If(can_emit):
                 m.d.sync += hold_valid.eq(0)
-        with m.Elif(self.piece.valid):
+        with m.Elif(stage.o.valid):
             with m.If(fills | piece.flush):
                 emit(beat_address, merged_data, merged_strobe)
-                m.d.comb += self.piece.ready.eq(can_emit)
+                m.d.comb += stage.o.ready.eq(can_emit)
                 with m.If(can_emit):
-                    m.d.sync += [hold_valid.eq(high_strobe.any()), hold_flush.eq(piece.flush),
+                    m.d.sync += [hold_valid.eq(staged.spills), hold_flush.eq(piece.flush), hold_high.eq(1),
                                  hold_address.eq(beat_address + data_bytes),
                                  hold_data.eq(placed[width:] & high_mask), hold_strobe.eq(high_strobe)]
             with m.Else():
-                m.d.comb += self.piece.ready.eq(1)
-                m.d.sync += [hold_valid.eq(1), hold_flush.eq(0), hold_address.eq(beat_address),
+                m.d.comb += stage.o.ready.eq(1)
+                m.d.sync += [hold_valid.eq(1), hold_flush.eq(0), hold_high.eq(0), hold_address.eq(beat_address),
                              hold_data.eq(merged_data), hold_strobe.eq(merged_strobe)]
         with m.If(self.discard):
             m.d.sync += hold_valid.eq(0)
@@ -213,7 +240,7 @@ class BeatWriter(wiring.Component):
         m.d.comb += [
             bus.bready.eq(in_flight.r_rdy),
             in_flight.r_en.eq(bus.bvalid & bus.bready),
-            self.idle.eq(~in_flight.r_rdy & ~hold_valid & ~merged.r_rdy & ~run_open & ~bursts.r_rdy
+            self.idle.eq(stage.idle & ~in_flight.r_rdy & ~hold_valid & ~merged.r_rdy & ~run_open & ~bursts.r_rdy
                          & ~beats.r_rdy),
         ]
         with m.If(bus.bvalid & bus.bready & (bus.bresp != RESP_OKAY) & ~self.error):

@@ -128,11 +128,11 @@ CHECKS: dict[str, FormalCheck] = {
         "and strobe free. Not covered: runs of 3 or more beats, a 16-beat run (AWLEN <= 15 then rests on the "
         "run length's construction), answers to more than the first bursts"),
     **_checks(
-        "beat_writer", 4, _FIFO_INVARIANT, 6,
+        "beat_writer", 4, _FIFO_INVARIANT, 8,
         "the properties that read the block's beat and burst FIFOs cannot be made inductive from the ports; "
-        "6 steps from reset (the 7th took minutes here) reach the first AW and W at step 3 (a merged beat "
-        "waits one cycle in the two-entry buffer before it joins a burst) and cover pieces of 1..16 bytes "
-        "at any alignment (spanning two beats), short bursts, bursts queued up to the outstanding bound, "
+        "8 steps from reset (12 s here) reach the first AW and W at step 4 (a piece waits one cycle in the "
+        "input buffer, a merged beat one cycle in the two-entry buffer before it joins a burst) and cover "
+        "pieces of 1..16 bytes at any alignment (spanning two beats), short bursts, bursts queued up to the outstanding bound, "
         "answers, every address, window and strobe free. Not covered: bursts of 3 or more beats, a 16-beat "
         "burst"),
     **KERNEL_WRITES_CHECKS,

@@ -133,8 +133,8 @@ CHECKS: dict[str, FormalCheck] = {
         "8 steps from reset (12 s here) reach the first AW and W at step 4 (a piece waits one cycle in the "
         "input buffer, a merged beat one cycle in the two-entry buffer before it joins a burst) and cover "
         "pieces of 1..16 bytes at any alignment (spanning two beats), short bursts, bursts queued up to the "
-        "outstanding bound, answers, every address, window and strobe free. Not covered: bursts of 3 or more beats, a 16-beat "
-        "burst"),
+        "outstanding bound, answers, every address, window and strobe free. Not covered: bursts of 3 or more "
+        "beats, a 16-beat burst"),
     **KERNEL_WRITES_CHECKS,
 }
 

@@ -15,9 +15,9 @@ image header words it reads are located in ``image_header.py``.
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, ResetInserter, Signal
 from amaranth.lib import data, stream
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import In, Out, connect, flipped
 
 from smartsage.spec import image as spec_image
 from smartsage.spec import rng as spec_rng
@@ -43,6 +43,7 @@ from .image_header import IMAGE_WORDS, field_span
 from .job_dispatcher import node_job_layout
 from .kernel_block import KernelBlock, check_kernel_config
 from .rng import MIX32_LATENCY, mix32_pipelined
+from .stream_buffer import StreamBuffer
 from .tagged_read_stream import ReadPortSignature
 from .write_combiner import AppendWord
 
@@ -371,11 +372,29 @@ class CommandSequencer(KernelBlock):
         # the FRONTIER state's job, from the heads of the prefetcher's queues (outside the state
         # machine: no state decoding in front of the count). The degree and the sample count
         # min(d, k) come with the pair (worked out as it was queued)
-        entry = self.nodes.payload
-        pair = self.pairs.payload
+        # The heads come out of two-entry buffers (flip-flops, not the prefetcher's LUT-RAM FIFOs),
+        # emptied with the prefetcher's queues
+        m.submodules.nodes_head = nodes_head = ResetInserter(self.clear_jobs)(StreamBuffer(FrontierNode))
+        m.submodules.pairs_head = pairs_head = ResetInserter(self.clear_jobs)(StreamBuffer(IndptrPair))
+        connect(m, flipped(self.nodes), nodes_head.i)
+        connect(m, flipped(self.pairs), pairs_head.i)
+        nodes_in, pairs_in = nodes_head.o, pairs_head.o
+        entry = nodes_in.payload
+        pair = pairs_in.payload
         job_in = self.job.payload
-        count = Signal(range(cfg.max_fanout + 1))
+        count = Signal(range(cfg.max_fanout + 1), name="head_count")
+        self._head_count = count    # (for the proofs)
         take = Signal()     # FRONTIER hands the node at the queues' heads on this cycle
+        # Room in the node list for the head's count, from registers: ``room_wide``, room for any
+        # count (the room a cycle ago was at least two counts' worth, and a cycle takes one node);
+        # else ``room_exact``, the head's check worked out in the cycle before, which still holds
+        # while ``room_current`` (the head and the room are those of the cycle before: a FRONTIER
+        # cycle took nothing). Near a full node list a node so waits a cycle for its check
+        most = 2 ** len(count) - 1
+        room_wide, room_exact, room_current = Signal(name="room_wide"), Signal(name="room_exact"), Signal(
+            name="room_current")
+        m.d.sync += [room_wide.eq(self._fits(2 * most, nodes_room, "nodes")),
+                     room_exact.eq(self._fits(count, nodes_room, "nodes")), room_current.eq(0)]
         m.d.comb += [
             count.eq(pair.count),
             job_in.key.eq(entry.key), job_in.degree.eq(pair.degree[:32]), job_in.count.eq(count),
@@ -510,6 +529,10 @@ class CommandSequencer(KernelBlock):
                 # its count are formed from the heads of the queues, before the state machine). The
                 # walk's registers load in every cycle of the state, stepped by what is taken (``take``
                 # picks the addends), so the decision enables none of their ~260 flip-flops
+                m.d.sync += room_current.eq(pairs_in.valid & ~take)   # (0 in every other state)
+                # the count's field, whatever is decided (its valid is the decision's)
+                m.d.comb += [fields_out.payload.address.eq(count_address), fields_out.payload.data.eq(count),
+                             fields_out.payload.wide.eq(0)]
                 taken_count = Mux(take, count, 0)
                 m.d.sync += [written.eq(written + taken_count), nodes_room.eq(nodes_room - taken_count),
                              frontier_index.eq(frontier_index + take),
@@ -518,16 +541,18 @@ class CommandSequencer(KernelBlock):
                 with m.If(frontier_end):
                     m.d.sync += prefetching.eq(0)
                     m.next = "HOP_WAIT"
-                with m.Elif(self.nodes.valid):
+                with m.Elif(nodes_in.valid):
                     with m.If(entry.error):
                         fail(Status.STORAGE_ERROR, value=entry.address)
                     with m.Elif(~entry.in_range):
                         fail(Status.NODE_OUT_OF_RANGE, hop_value=hop, index_value=frontier_index,
                              value=entry.node)
-                    with m.Elif(self.pairs.valid):
+                    with m.Elif(pairs_in.valid):
                         with m.If(pair.error):
                             fail(Status.STORAGE_ERROR, value=pair.address)
-                        with m.Elif(~self._fits(count, nodes_room, "nodes")):
+                        with m.Elif(~room_wide & ~room_current):
+                            pass    # the head's room check is worked out in this cycle
+                        with m.Elif(~room_wide & ~room_exact):
                             fail(Status.NODES_CAPACITY, hop_value=hop, index_value=frontier_index,
                                  value=written + count)
                         with m.Else():
@@ -536,13 +561,9 @@ class CommandSequencer(KernelBlock):
                             # lane has room: the count is written only then)
                             dispatchable = self.job.ready | (count == 0)
                             m.d.comb += self.job.valid.eq(fields_out.ready & (count != 0))
-                            m.d.comb += [
-                                fields_out.valid.eq(dispatchable),
-                                fields_out.payload.address.eq(count_address),
-                                fields_out.payload.data.eq(count), fields_out.payload.wide.eq(0),
-                            ]
+                            m.d.comb += fields_out.valid.eq(dispatchable)
                             with m.If(dispatchable & fields_out.ready):
-                                m.d.comb += [self.nodes.ready.eq(1), self.pairs.ready.eq(1), take.eq(1)]
+                                m.d.comb += [nodes_in.ready.eq(1), pairs_in.ready.eq(1), take.eq(1)]
                 abort_on_streamer_error()
 
             # ---- AGGREGATE (section 5 step 5, then section 4): room for the self rows and the sums
@@ -612,7 +633,11 @@ class CommandSequencer(KernelBlock):
                 with m.Else():
                     m.next = "RESULT"
 
-            write_state("RESULT", result_ptr + result_index * 8, words[result_index], 1, result_next)
+            # (result_ptr is 64-byte aligned, checked before RESULT: the word's address is a
+            # concatenation, no adder in front of the write combiner's port)
+            assert RESULT_HEADER_SIZE == BUFFER_ALIGN == 8 << len(result_index)
+            write_state("RESULT", Cat(Const(0, 3), result_index, result_ptr[BUFFER_ALIGN.bit_length() - 1:]),
+                        words[result_index], 1, result_next)
             with m.State("RESULT_DRAIN"):  # ap_done only once the header has landed
                 m.d.comb += self.flush_writes.eq(1)
                 with m.If(self.writes_idle):

@@ -264,6 +264,7 @@ class FeatureAggregator(wiring.Component):
         load_k = Signal(range(SLOTS + 1))
         load_e = Signal(range(SLOTS + 1))
         load_j = Signal(range(max_fanout + 1))
+        load_count = Signal(range(max_fanout + 1))     # the count of entry load_e (L_SAMPLES)
         with m.FSM(name="load_issue"):
             with m.State("L_IDLE"):
                 with m.If(running & ~draining & (load_left != 0) & group_free[load_group]):
@@ -284,22 +285,28 @@ class FeatureAggregator(wiring.Component):
                     m.d.sync += [load_e.eq(load_e + 1), id_cursor.eq(id_cursor + id_bytes)]
                     with m.If(load_e == load_k - 1):
                         m.d.sync += [load_e.eq(0), load_j.eq(0)]
-                        m.next = "L_SAMPLES"
-            with m.State("L_SAMPLES"):
-                count = counts[load_group][load_e]
-                known = counted[load_group].bit_select(load_e, 1)
+                        m.next = "L_ENTRY"
+            # each entry's count is taken from the group's table into a register (once it has
+            # arrived) in a cycle of its own, so the requests' handshake reads no table multiplexer
+            with m.State("L_ENTRY"):
+                m.d.sync += load_count.eq(counts[load_group][load_e])
                 with m.If(load_e == load_k):
                     m.d.sync += [load_left.eq(load_left - load_k), load_group.eq(~load_group)]
                     m.next = "L_IDLE"
-                with m.Elif(known & (load_j == count)):
+                with m.Elif(counted[load_group].bit_select(load_e, 1)):
+                    m.next = "L_SAMPLES"
+            with m.State("L_SAMPLES"):
+                with m.If(load_j == load_count):
                     m.d.sync += [load_e.eq(load_e + 1), load_j.eq(0)]
-                with m.Elif(known):
+                    m.next = "L_ENTRY"
+                with m.Else():
                     m.d.comb += [ids.request.valid.eq(~draining),
                                  ids.request.payload.eq(sample_cursor)]
                     with m.If(ids.request.valid & ids.request.ready):
                         m.d.sync += [load_j.eq(load_j + 1), sample_cursor.eq(sample_cursor + id_bytes)]
-                        with m.If(load_j == count - 1):   # the next entry at once
+                        with m.If(load_j == load_count - 1):
                             m.d.sync += [load_e.eq(load_e + 1), load_j.eq(0)]
+                            m.next = "L_ENTRY"
 
         # ---- loader, answer side: the same order
         take_left = Signal(64)          # entries whose ids are still to be taken
@@ -307,6 +314,7 @@ class FeatureAggregator(wiring.Component):
         take_k = Signal(range(SLOTS + 1))
         take_e = Signal(range(SLOTS + 1))
         take_j = Signal(range(max_fanout + 1))
+        take_count = Signal(range(max_fanout + 1))     # the count of entry take_e (T_SAMPLES)
         load_samples_taking = Signal()  # the answer side takes sample ids (else self ids)
         self_dest = Signal(64)          # running: self[take entry]
         sum_dest = Signal(64)           # running: sum[take entry]
@@ -358,25 +366,30 @@ class FeatureAggregator(wiring.Component):
                                  take_e.eq(take_e + 1)]
                     with m.If(take_e == take_k - 1):
                         m.d.sync += [take_e.eq(0), take_j.eq(0)]
-                        m.next = "T_SAMPLES"
-            with m.State("T_SAMPLES"):
-                m.d.comb += load_samples_taking.eq(1)
-                count = counts[take_group][take_e]
+                        m.next = "T_ENTRY"
+            with m.State("T_ENTRY"):   # the entry's count into a register (as L_ENTRY)
+                m.d.sync += take_count.eq(counts[take_group][take_e])
                 with m.If(take_e == take_k):
                     with m.If(~rows_in_flight):     # the group's row addresses have landed
                         m.d.sync += [group_full[take_group].eq(1), group_k[take_group].eq(take_k),
                                      group_sum[take_group].eq(group_sum_dest),
                                      take_left.eq(take_left - take_k), take_group.eq(~take_group)]
                         m.next = "T_IDLE"
-                with m.Elif(take_j == count):
+                with m.Else():
+                    m.next = "T_SAMPLES"
+            with m.State("T_SAMPLES"):
+                m.d.comb += load_samples_taking.eq(1)
+                with m.If(take_j == take_count):
                     m.d.sync += [take_e.eq(take_e + 1), take_j.eq(0)]
+                    m.next = "T_ENTRY"
                 with m.Else():
                     m.d.comb += ids.response.ready.eq(1)
                     with m.If(ids.response.valid & ~word.error):
                         m.d.comb += row_launch.eq(1)
                         m.d.sync += take_j.eq(take_j + 1)
-                        with m.If(take_j == count - 1):
+                        with m.If(take_j == take_count - 1):
                             m.d.sync += [take_e.eq(take_e + 1), take_j.eq(0)]
+                            m.next = "T_ENTRY"
         with m.If(ids.response.valid & word.error):
             fail(word.address)
         with m.If(draining):

@@ -243,7 +243,9 @@ class FrontierPrefetcher(KernelBlock):
             self.nodes.payload.node.eq(entry.node), self.nodes.payload.in_range.eq(entry.in_range),
             self.nodes.payload.error.eq(entry.error), self.nodes.payload.address.eq(entry.address),
             self.nodes.payload.key.eq(node_keys.r_data),
-            nodes_ahead_fifo.r_en.eq(self.nodes.ready), node_keys.r_en.eq(self.nodes.ready),
+            # (a head leaves on valid and ready: ``ready`` alone may be high with one queue empty)
+            nodes_ahead_fifo.r_en.eq(self.nodes.valid & self.nodes.ready),
+            node_keys.r_en.eq(self.nodes.valid & self.nodes.ready),
             self.pairs.valid.eq(indptr_pairs.r_rdy), self.pairs.payload.eq(indptr_pairs.r_data),
             indptr_pairs.r_en.eq(self.pairs.ready),
         ]

@@ -596,8 +596,8 @@ def _run_sequencer(descriptor: bytes, header: dict[int, int], frontier_degrees, 
             else:
                 ctx.set(dut.nodes.valid, 0)
                 ctx.set(dut.pairs.valid, 0)
-            _, _, ready = await ctx.tick().sample(dut.nodes.ready)
-            if ready:
+            _, _, valid, ready = await ctx.tick().sample(dut.nodes.valid, dut.nodes.ready)
+            if valid and ready:
                 taken += 1
 
     async def dispatcher(ctx):

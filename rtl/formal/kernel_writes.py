@@ -117,14 +117,15 @@ class _ObservedSequencer(CommandSequencer):
         self.state_code = fsm.encoding
         (self.counts_base, self.frontier_index, self.frontier_size, self.counts_end, self.counts_fit, self.key_wait,
          self.written, self.nodes_room, self.count_address, self.frontier_end, self.fetching_descriptor,
-         self.fetching_header, self.hop, self.last_hop) = inner(
+         self.fetching_header, self.hop, self.last_hop, self.room_wide, self.room_exact, self.room_current) = inner(
             m, "counts_base", "frontier_index", "frontier_size", "counts_end", "counts_fit", "key_wait", "written",
             "nodes_room", "count_address", "frontier_end", "fetching_descriptor", "fetching_header", "hop",
-            "last_hop")
+            "last_hop", "room_wide", "room_exact", "room_current")
         offset, size = field_span(DESCRIPTOR_FIELDS, "num_hops")
         word, = inner(m, f"desc_word{offset // 8}")
         self.num_hops = word[(offset % 8) * 8:(offset % 8 + size) * 8]
         self.check_bad, self.check_live = self._check_flags   # the registered checks and their sources
+        self.head_count = self._head_count
         return m
 
 
@@ -221,6 +222,13 @@ class SequencerWritesHarness(PartsHarness):
             # the node list's room is what the written entries leave (checked against the capacity
             # before the first hop, stepped with every node)
             "nodes_room": ~hopping | (dut.written + dut.nodes_room == b.nodes_capacity),
+            # the node list's room for the head's count, from registers: ``room_wide`` (a cycle ago
+            # there was room for two of the largest counts) leaves room for any count; ``room_exact``
+            # is the head's check while ``room_current`` (the head and the room are those it was
+            # worked out from)
+            "room_checks": ~in_state["FRONTIER"] | (
+                (~dut.room_wide | (dut.nodes_room >= 2 ** len(dut.head_count) - 1))
+                & (~dut.room_current | (dut.room_exact == dut._fits(dut.head_count, dut.nodes_room, "nodes")))),
             # the count's address is stepped, not computed: it is the walk's entry
             "count_address": ~in_state["FRONTIER"] | (
                 dut.count_address == (b.counts_ptr + ((dut.counts_base + dut.frontier_index) << 2))[:64]),
@@ -238,7 +246,7 @@ class SequencerWritesHarness(PartsHarness):
 
 #: The order of the sequencer_writes parts (see :func:`ordered_parts`): invariants, then port properties.
 PART_ORDER = ("fetch_flags", "last_hop", "checks_registered", "counts_ptr_aligned", "result_ptr_aligned",
-              "frontier_end", "counts_end", "counts_range", "nodes_room", "count_address", "nodes_ptr",
+              "frontier_end", "counts_end", "counts_range", "nodes_room", "room_checks", "count_address", "nodes_ptr",
               "aggregate_pointers", "job_slots", "field_windows")
 
 

@@ -182,10 +182,11 @@ class CommandSequencer(KernelBlock):
         # ---- command state
         image_base = Signal(64)
         descriptor_base = Signal(64)
-        desc_words = Array(Signal(64, name=f"desc_word{i}") for i in range(DESCRIPTOR_SIZE // 8))
+        # (the fetched words are read only after their fetch: no reset reaches their ~1,400 flip-flops)
+        desc_words = Array(Signal(64, name=f"desc_word{i}", reset_less=True) for i in range(DESCRIPTOR_SIZE // 8))
         image_names = list(IMAGE_WORDS)
         image_offsets = Array(Const(IMAGE_WORDS[n], 64) for n in image_names)
-        image_words = Array(Signal(64, name=f"image_{n}") for n in image_names)
+        image_words = Array(Signal(64, name=f"image_{n}", reset_less=True) for n in image_names)
         # reads asked for and answers taken while fetching the descriptor and the header words
         desc_counters = (Signal(range(len(desc_words) + 1), name="descriptor_asked"),
                          Signal(range(len(desc_words) + 1), name="descriptor_answered"))

@@ -12,18 +12,7 @@ stepped in registers.
 
 from __future__ import annotations
 
-from amaranth.hdl import (
-    Array,
-    Cat,
-    ClockDomain,
-    ClockSignal,
-    DomainRenamer,
-    Module,
-    Mux,
-    ResetInserter,
-    ResetSignal,
-    Signal,
-)
+from amaranth.hdl import Array, Cat, Module, Mux, ResetInserter, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
@@ -87,7 +76,7 @@ class EdgeStreamer(KernelBlock):
     clear : ``In(1)``
         Empty the FIFOs and counters (a command's start and end).
     reset_samplers : ``In(1)``
-        Reset the position samplers (a command's start; they are reset a cycle later, from a flip-flop).
+        Reset the position samplers (a command's start).
     resume : ``In(1)``
         Forget a read error (the next command is taken).
     idle : ``Out(1)``
@@ -124,15 +113,7 @@ class EdgeStreamer(KernelBlock):
         # pipelines fill while one's positions stream.
         samplers = [PositionSampler(cfg.max_fanout) for _ in range(SAMPLERS_PER_LANE)]
         for number, sampler in enumerate(samplers):
-            m.submodules[f"positions{number}"] = DomainRenamer("samplers")(sampler)
-        # their reset: one flip-flop a cycle after the sequencer's ``reset_samplers`` (or the kernel's
-        # reset: it is 1 while the kernel is in reset), the reset of a clock domain of their own on
-        # the kernel's clock, so no OR of the two resets sits in front of their registers (that OR,
-        # from the kernel's reset into every lane's samplers, was the whole kernel's 11.8 ns path)
-        m.domains.samplers = ClockDomain("samplers", local=True)
-        samplers_reset = Signal(init=1)
-        m.d.sync += samplers_reset.eq(self.reset_samplers)
-        m.d.comb += [ClockSignal("samplers").eq(ClockSignal()), ResetSignal("samplers").eq(samplers_reset)]
+            m.submodules[f"positions{number}"] = ResetInserter(self.reset_samplers)(sampler)
 
         # the collector: one id per cycle, at the job's place (base + i), job after job (wired below)
         m.submodules.collector = collector = NodeListCollector(cfg)

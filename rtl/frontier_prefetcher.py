@@ -102,7 +102,7 @@ class FrontierPrefetcher(KernelBlock):
         # the command's id width and node count, copied into registers here: they are set a hop
         # before they are read, and the copies start the range check's path at flip-flops beside
         # it (from the sequencer's registers it crossed the chip: 15.9 ns on the ECP5 proxy)
-        wide_ids, num_nodes = Signal(), Signal(64)
+        wide_ids, num_nodes = Signal(name="wide_ids"), Signal(64, name="num_nodes")
         m.d.sync += [wide_ids.eq(self.wide_ids), num_nodes.eq(self.num_nodes)]
 
         def id_of(word, address):

@@ -29,16 +29,17 @@ def piece_layout(data_width: int) -> data.StructLayout:
 class BeatWriter(wiring.Component):
     """Merges contiguous byte pieces into full-width beats and writes each beat with its strobes.
 
-    A piece enters through a two-entry buffer that marks, as it enters, whether it is for the beat of the
-    piece before it and whether it fills its beat (one cycle). It is then shifted to its place in the
-    beat(s) it covers and merged into a holding beat; a beat is written when a piece fills it up to its last
-    byte, when the next piece belongs to another beat, or when a piece with ``flush`` ends there; a written
-    beat waits in a two-entry buffer (one cycle), so the piece's handshake and the burst gathering are
-    separate paths. Only the pieces' bytes are strobed, so nothing outside them is written. One piece per
-    cycle. Consecutive beats are gathered into INCR bursts (up to :data:`WRITE_BURST_BEATS`, never across 4
-    KiB; a burst closes when the next beat is not its successor or on a cycle without a beat): its beats
-    wait in a FIFO, then AW and W go out, up to ``outstanding`` bursts in flight; the first error response
-    latches ``error`` and the burst's first strobed byte's address.
+    A piece enters through a two-entry buffer that marks, as it enters, whether it is for the beat of
+    the piece before it and whether it fills its beat (one cycle). It is then shifted to its place in
+    the beat(s) it covers and merged into a holding beat; a beat is written when a piece fills it up to
+    its last byte, when the next piece belongs to another beat, or when a piece with ``flush`` ends
+    there; a written beat waits in a two-entry buffer (one cycle), so the piece's handshake and the
+    burst gathering are separate paths. Only the pieces' bytes are strobed, so nothing outside them is
+    written. One piece per cycle. Consecutive beats are gathered into INCR bursts (up to
+    :data:`WRITE_BURST_BEATS`, never across 4 KiB; a burst closes when the next beat is not its
+    successor or on a cycle without a beat): its beats wait in a FIFO, then AW and W go out, up to
+    ``outstanding`` bursts in flight; the first error response latches ``error`` and the burst's first
+    strobed byte's address.
 
     Parameters
     ----------

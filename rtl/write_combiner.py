@@ -26,15 +26,14 @@ class WriteCombiner(wiring.Component):
 
     A field waits a cycle in its port's two-entry input buffer (so the producers' handshakes and
     payloads do not run into the merge logic). Each input port owns one *open beat*: a field for the
-    same beat is merged into it (its bytes
-    strobed), a field for another beat closes it. A beat whose every byte is strobed closes at once;
-    ``flush`` closes every open beat (the kernel raises it at each drain point). Closed beats of a
-    port queue in its beat FIFO; consecutive closed beats (the next beat address, not past a 4 KiB
-    boundary, at most ``MAX_BURST``) form one *run*, published when the next beat is not consecutive,
-    the run is full, or on ``flush``. Runs of all ports are written in turn: one AW per run
-    (``awlen`` = beats - 1), its beats on W back to back, answers counted back against a FIFO of the
-    runs in flight (depth ``outstanding``). Only the fields' bytes are strobed, so nothing outside
-    the output buffers is written.
+    same beat is merged into it (its bytes strobed), a field for another beat closes it. A beat whose
+    every byte is strobed closes at once; ``flush`` closes every open beat (the kernel raises it at each
+    drain point). Closed beats of a port queue in its beat FIFO; consecutive closed beats (the next beat
+    address, not past a 4 KiB boundary, at most ``MAX_BURST``) form one *run*, published when the next
+    beat is not consecutive, the run is full, or on ``flush``. Runs of all ports are written in turn:
+    one AW per run (``awlen`` = beats - 1), its beats on W back to back, answers counted back against a
+    FIFO of the runs in flight (depth ``outstanding``). Only the fields' bytes are strobed, so nothing
+    outside the output buffers is written.
 
     The first write answered SLVERR/DECERR latches ``error`` and ``error_address``: the address of
     the first strobed byte of that burst (an address inside the failing write).

@@ -658,6 +658,27 @@ def test_command_sequencer_one_hop():
     assert result.storage_bytes == 0 and result.cycles > 0
 
 
+@pytest.mark.parametrize("capacity", [9, 8])
+def test_command_sequencer_tight_node_list(capacity):
+    """The node list's room near full, where the room check is the head's own (worked out a cycle
+    before it decides, not the "room for any count" flag): with room for exactly the 3 targets and
+    6 samples the command is the one-hop command above; one entry short, the third node (count 4)
+    fails NODES_CAPACITY with the entries it would need, and no job for it is handed out."""
+    seed = _seed()
+    command_seed = random.Random(seed).getrandbits(64)
+    descriptor = Descriptor(seed=command_seed, num_targets=3, fanouts=(4,), nodes_ptr=0x1000,
+                            nodes_capacity=capacity, counts_ptr=0x2000, counts_capacity=100,
+                            result_ptr=0x3000).pack()
+    fields, jobs, _, _, _ = _run_sequencer(descriptor, _header_words(300), [2, 0, 9], seed)
+    result = _result(fields, 0x3000)
+    if capacity == 9:
+        assert jobs == [(1000, 2, 2, 0, 3), (1002, 9, 4, 20, 5)]
+        assert (result.status, result.nodes_written) == (Status.OK, 9)
+    else:
+        assert jobs == [(1000, 2, 2, 0, 3)]
+        assert (result.status, result.error_index, result.error_value) == (Status.NODES_CAPACITY, 2, 9)
+
+
 def test_command_sequencer_bad_image():
     """A wrong image magic: BAD_IMAGE in the result header, no hop, no job, no count."""
     seed = _seed()

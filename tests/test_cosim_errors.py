@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from smartsage.cosim.graphs import edge_case_image
 from smartsage.cosim.runner import run_plan
 from smartsage.cosim.scoreboard import CommandSpec
+from smartsage.spec import golden
 from smartsage.spec.config import CONFIGS
 from smartsage.spec.descriptor import DESCRIPTOR_MAGIC, Flags, Status
 from smartsage.spec.image import PAGE_SIZE, GraphImage, SectionKind
@@ -20,11 +22,20 @@ pytestmark = pytest.mark.sim
 def _error_commands(graph, image_path, seed: int, config) -> list[tuple[CommandSpec, Status]]:
     rng = random.Random(seed)
     ordinary = [v for v in range(graph.num_nodes) if v != graph.hub and v not in graph.isolated]
-    targets = rng.sample(ordinary, 3)
     with GraphImage(image_path) as image:
         indices_offset = image.header.section(SectionKind.INDICES).offset
         indptr_offset = image.header.section(SectionKind.INDPTR).offset
-    base = dict(targets=targets, fanouts=[3, 2], seed=rng.getrandbits(64))
+        # The cases below need a sample that reads the indices section and writes more than five
+        # nodes and four counts; nodes of degree 0 occur outside `graph.isolated` too (one in seven of
+        # the small ones), so three targets drawn blindly can sample nothing (seed 409108911 did).
+        for _ in range(100):
+            targets, command_seed = rng.sample(ordinary, 3), rng.getrandbits(64)
+            need = golden.sample(image, np.asarray(targets, np.uint64), [3, 2], command_seed, config=config)
+            if need.node_list.size > 5 and need.counts.size > 4 and need.counts.any():
+                break
+        else:
+            raise AssertionError(f"seed {seed}: no three targets whose sample fills the error cases")
+    base = dict(targets=targets, fanouts=[3, 2], seed=command_seed)
 
     def cmd(status, **changes):
         values = dict(base)

@@ -281,6 +281,11 @@ class CommandSequencer(KernelBlock):
         hop_mixed = mix32_pipelined(m, command_key ^ hop ^ spec_rng.HOP_SALT, 1, name="hop_mix")
         with m.If(key_wait != 0):  # counts down in every state (the FSM below sets it)
             m.d.sync += key_wait.eq(key_wait - 1)
+        # the hop's key and fanout follow the hop in every cycle, with no enable (decoded from the
+        # state, one was a 2-level, 11.5 ns path into their 48 flip-flops on the ECP5 proxy): the hop
+        # and the command key change only while no lane and no prefetch runs (a command's start, and
+        # ``next_hop`` after the hop's writes landed), and HOP waits for the key to settle
+        m.d.sync += [hop_key.eq(hop_mixed), fanout.eq(fanouts[hop])]
 
         m.d.sync += counts_end.eq(counts_base + frontier_size)
         # the hop's counts check, registered a cycle after counts_end (both settle while the hop key
@@ -495,8 +500,8 @@ class CommandSequencer(KernelBlock):
                 # the prefetcher's restart (a flip-flop, high in the cycle after each HOP cycle: the
                 # prefetcher takes it while it is not active)
                 m.d.sync += self.restart_prefetch.eq(1)
-                m.d.sync += [hop_key.eq(hop_mixed), frontier_index.eq(0), frontier_end.eq(frontier_size == 0),
-                             count_address.eq(counts_ptr + (counts_base << 2)), fanout.eq(fanouts[hop])]
+                m.d.sync += [frontier_index.eq(0), frontier_end.eq(frontier_size == 0),
+                             count_address.eq(counts_ptr + (counts_base << 2))]
                 with m.If(last_hop & aggregate):
                     m.d.sync += [feature_bytes.eq(0), multiplicand.eq(last_size), multiplier.eq(feature_dim)]
                     m.next = "FEATURES_MULTIPLY"

@@ -7,6 +7,8 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
+from .stream_buffer import StreamBuffer
+
 __all__ = ["JobDispatcher", "JOBS_PER_LANE", "node_job_layout"]
 
 #: Jobs a lane's queue holds before its edge streamer takes them. The sequencer hands out one node
@@ -25,10 +27,13 @@ def node_job_layout(max_fanout: int) -> data.StructLayout:
 class JobDispatcher(wiring.Component):
     """Hands each job to a lane with room in its queue, starting after the lane that took the last.
 
-    Every lane has a queue of :data:`JOBS_PER_LANE` jobs. A job is taken (``job.ready``) whenever
-    some lane has room, in the same cycle: the sequencer writes the node's count in that cycle too,
-    so it looks at ``job.ready`` before it offers the count (``job.ready`` does not depend on
-    ``job.valid``).
+    Every lane has a queue of :data:`JOBS_PER_LANE` jobs. Jobs enter through a two-entry buffer
+    (:class:`~smartsage.rtl.stream_buffer.StreamBuffer`): ``job.ready`` is one of its flip-flops and
+    does not depend on ``job.valid`` (the sequencer writes the node's count in the cycle its job is
+    taken, so it looks at ``job.ready`` before it offers the count), and the queues' write enables
+    start at the buffer, not at the sequencer's decision (on the ECP5 proxy that decision ran through
+    the lanes' queue levels into the LUT-RAM's ~50 write enables: the whole kernel's critical path at
+    86.5 MHz). The buffer's head goes to a lane whenever some lane has room.
 
     Parameters
     ----------
@@ -43,7 +48,7 @@ class JobDispatcher(wiring.Component):
     lanes : ``Out(stream.Signature(node_job_layout(max_fanout))).array(lanes)``
         Each lane's queue, oldest job first.
     waiting : ``Out(1)``
-        Some queue holds a job.
+        The buffer or some queue holds a job.
     clear : ``In(1)``
         Empties the queues and restarts the turn at lane 0 (a command's start and end).
     """
@@ -70,11 +75,14 @@ class JobDispatcher(wiring.Component):
         m = Module()
         lanes = self._lanes
         layout = node_job_layout(self._max_fanout)
+        m.submodules.intake = intake = ResetInserter(self.clear)(StreamBuffer(layout))
+        wiring.connect(m, wiring.flipped(self.job), intake.i)
+        job = intake.o
         queues = []
         for lane in range(lanes):
             queue = SyncFIFO(width=layout.size, depth=JOBS_PER_LANE)
             m.submodules[f"jobs{lane}"] = ResetInserter(self.clear)(queue)
-            m.d.comb += queue.w_data.eq(self.job.payload)
+            m.d.comb += queue.w_data.eq(job.payload)
             queues.append(queue)
 
         # the lane after the last one served that has room
@@ -87,8 +95,8 @@ class JobDispatcher(wiring.Component):
                     for n, lane in enumerate((last + offset) % lanes for offset in range(1, lanes + 1)):
                         with (m.If if n == 0 else m.Elif)(queues[lane].w_rdy):
                             m.d.comb += [next_lane.eq(lane), lane_free.eq(1)]
-        m.d.comb += self.job.ready.eq(lane_free)
-        with m.If(self.job.valid & self.job.ready):
+        m.d.comb += job.ready.eq(lane_free)
+        with m.If(job.valid & job.ready):
             with m.Switch(next_lane):
                 for lane in range(lanes):
                     with m.Case(lane):
@@ -99,5 +107,5 @@ class JobDispatcher(wiring.Component):
 
         for queue, out in zip(queues, self.lanes, strict=True):
             m.d.comb += [out.valid.eq(queue.r_rdy), out.payload.eq(queue.r_data), queue.r_en.eq(out.ready)]
-        m.d.comb += self.waiting.eq(Cat(*(queue.r_rdy for queue in queues)).any())
+        m.d.comb += self.waiting.eq(Cat(~intake.idle, *(queue.r_rdy for queue in queues)).any())
         return m

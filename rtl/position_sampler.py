@@ -85,10 +85,15 @@ class PositionSampler(wiring.Component):
         m.submodules.threshold = threshold = RejectionThreshold()
         m.submodules.out = out = SyncFIFO(width=32, depth=POSITION_BUFFER)
 
-        key = Signal(32)
-        last_j = Signal(32)     # degree - 1
-        degree = Signal(32)
-        sequential = Signal(32)
+        # The node's registers are reset-less: they follow the request while the sampler is not busy
+        # (so in the cycle after any reset) and are read only while it is; the samplers' reset (the
+        # kernel's or-ed with the sequencer's ``reset_samplers``, one LUT) so reaches the control
+        # flags only, not ~700 flip-flops per sampler (on the ECP5 proxy that net, into ``last_j``,
+        # was an 11.8 ns path of the whole kernel)
+        key = Signal(32, reset_less=True)
+        last_j = Signal(32, reset_less=True)     # degree - 1
+        degree = Signal(32, reset_less=True)
+        sequential = Signal(32, reset_less=True)
         busy = Signal()
         listing = Signal()      # d <= k: the positions 0..d-1 go out
         drawing = Signal()      # d > k: Floyd's draws
@@ -97,11 +102,12 @@ class PositionSampler(wiring.Component):
         # draw's return (j is worked out into the issue register; mix32's first xor-shift of
         # H_v ^ next_c is one LUT per bit in front of its first adder stage), so the flags that pick
         # among those loads fan out to few registers.
-        left = Signal(range(self.max_fanout + 1))
-        next_c = Signal(32)
-        chosen = Array(Signal(32, name=f"chosen{i}") for i in range(self.max_fanout))
+        left = Signal(range(self.max_fanout + 1), reset_less=True)
+        next_c = Signal(32, reset_less=True)
+        # (a chosen position is read only while its valid bit is set)
+        chosen = Array(Signal(32, name=f"chosen{i}", reset_less=True) for i in range(self.max_fanout))
         chosen_valid = Signal(self.max_fanout)  # thermometer: chosen[i] holds a position
-        count = Signal(range(self.max_fanout + 1))
+        count = Signal(range(self.max_fanout + 1), reset_less=True)
         # positions in the output FIFO plus draws issued and not yet decided: a draw is issued only
         # while this is below the FIFO's depth, so every decided draw finds room and no stage waits
         reserved = Signal(range(POSITION_BUFFER + 1))
@@ -139,8 +145,8 @@ class PositionSampler(wiring.Component):
         s_valid = Signal()
         s_j, s_c, s_n = (Signal(32, name=f"s_{x}", reset_less=True) for x in "jcn")
         s_m = Signal(64, reset_less=True)
-        s_needs = Signal()     # low < n: the exact threshold decides
-        s_last = Signal()      # j == d - 1
+        s_needs = Signal(reset_less=True)     # low < n: the exact threshold decides (read with s_valid)
+        s_last = Signal(reset_less=True)      # j == d - 1
         # the held draw: one with low < n waits here for its exact threshold while the pipeline is
         # flushed; it is then dropped (rejected: redrawn from c + 1) or returned to the decision stage
         h_pending = Signal()
@@ -149,8 +155,9 @@ class PositionSampler(wiring.Component):
         # divider's registers follow it while idle, so no handshake sits in front of its negation)
         m.d.comb += threshold.i.payload.eq(h_n)
         h_m = Signal(64, reset_less=True)
-        h_left = Signal(range(self.max_fanout + 1))   # d - j of the held draw
-        h_last = Signal()
+        # (the held draw's registers follow the decision stage while none is held: reset-less)
+        h_left = Signal(range(self.max_fanout + 1), reset_less=True)   # d - j of the held draw
+        h_last = Signal(reset_less=True)
         threshold_known = Signal()
         threshold_rejects = Signal()
         returning = Signal()   # the held draw is accepted: it re-enters the decision stage (a register)

@@ -137,11 +137,13 @@ class RejectionThreshold(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        divisor = Signal(32)
-        dividend = Signal(32)
-        partial = Signal(signed(34))   # the partial remainder, in [-n, n)
-        result = Signal(32)   # (not "threshold": the sampler names the instance so)
-        step = Signal(range(32))
+        # (the operands and the step follow the input while idle, the result is read only while
+        # ``o.valid``: no reset reaches them, only the three flags)
+        divisor = Signal(32, reset_less=True)
+        dividend = Signal(32, reset_less=True)
+        partial = Signal(signed(34), reset_less=True)   # the partial remainder, in [-n, n)
+        result = Signal(32, reset_less=True)   # (not "threshold": the sampler names the instance so)
+        step = Signal(range(32), reset_less=True)
         busy = Signal()
         correcting = Signal()
 

@@ -472,8 +472,9 @@ def test_frontier_prefetcher_checks_ids_keys_and_indptr_pairs(config_name, wide,
 
 @pytest.mark.parametrize("lanes", [1, 2, 4])
 def test_job_dispatcher_round_robin_and_backpressure(lanes):
-    """Each job goes to the first lane with room after the last lane served; with every queue full
-    no job is taken (``job.ready`` low) and the queues hold JOBS_PER_LANE jobs each."""
+    """Jobs enter a two-entry buffer (``job.ready`` while it holds fewer than two); its head goes to
+    the first lane with room after the last lane served; with every queue full the buffer fills, no
+    job is taken (``job.ready`` low) and the queues hold JOBS_PER_LANE jobs each."""
     seed = _seed()
     rng = random.Random(seed)
     dut = JobDispatcher(lanes, 16)
@@ -484,8 +485,8 @@ def test_job_dispatcher_round_robin_and_backpressure(lanes):
     blocked = {"cycles": 0}
 
     async def bench(ctx):
-        occupancy, last, sent, cycle = [0] * lanes, 0, 0, 0
-        while sent < len(jobs) or any(occupancy):
+        occupancy, last, sent, cycle, intake = [0] * lanes, 0, 0, 0, deque()
+        while sent < len(jobs) or any(occupancy) or intake:
             cycle += 1
             assert cycle < 20_000
             # lanes stall hard for a while (every queue fills), then at random
@@ -503,8 +504,8 @@ def test_job_dispatcher_round_robin_and_backpressure(lanes):
             valid, ready, waiting = sampled[2:5]
             lane_valid, lane_ready = sampled[5:5 + lanes], sampled[5 + lanes:5 + 2 * lanes]
             payloads = sampled[5 + 2 * lanes:]
-            assert ready == any(n < JOBS_PER_LANE for n in occupancy), (cycle, occupancy)
-            assert waiting == any(occupancy)
+            assert ready == (len(intake) < 2), (cycle, intake)
+            assert waiting == (any(occupancy) or bool(intake))
             if hold and not ready:
                 blocked["cycles"] += 1
             for lane in range(lanes):
@@ -512,12 +513,16 @@ def test_job_dispatcher_round_robin_and_backpressure(lanes):
                 if lane_valid[lane] and lane_ready[lane]:
                     received[lane].append(payloads[lane].key)
                     occupancy[lane] -= 1
+            # the buffer's head to a lane with room (the queue levels of the cycle's start)
+            free = [lane for lane in ((last + n) % lanes for n in range(1, lanes + 1))
+                    if occupancy[lane] + (1 if lane_valid[lane] and lane_ready[lane] else 0) < JOBS_PER_LANE]
+            if intake and free:
+                expected[free[0]].append(intake.popleft())
+                occupancy[free[0]] += 1
+                last = free[0]
             if valid and ready:
-                lane = next(lane for lane in ((last + n) % lanes for n in range(1, lanes + 1))
-                            if occupancy[lane] + (1 if lane_valid[lane] and lane_ready[lane] else 0) < JOBS_PER_LANE)
-                expected[lane].append(jobs[sent]["key"])
-                occupancy[lane] += 1
-                last, sent = lane, sent + 1
+                intake.append(jobs[sent]["key"])
+                sent += 1
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)

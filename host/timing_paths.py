@@ -149,8 +149,10 @@ def readable(name: str) -> str:
 
 
 def _group(cell: str) -> str:
-    """The register group of an endpoint or start cell: a bus ``foo_TRELLIS_FF_Q_3`` is ``foo``."""
-    return readable(cell)
+    """The register group of an endpoint or start cell: a bus ``foo_TRELLIS_FF_Q_3`` is ``foo``, and a
+    memory's LUT-RAM or block-RAM cells (``foo.storage.0.28$DPRAM_COMB1``: Yosys' row and column of
+    the split memory) are ``foo.storage``, so a memory counts once among the top paths."""
+    return re.sub(r"(\.\d+){1,2}$", "", readable(cell))
 
 
 def _load(src) -> dict:

@@ -381,12 +381,18 @@ class CommandSequencer(KernelBlock):
         # The heads come out of two-entry buffers (flip-flops, not the prefetcher's LUT-RAM FIFOs),
         # emptied with the prefetcher's queues
         m.submodules.nodes_head = nodes_head = ResetInserter(self.clear_jobs)(StreamBuffer(FrontierNode))
-        m.submodules.pairs_head = pairs_head = ResetInserter(self.clear_jobs)(StreamBuffer(IndptrPair))
+        # (a pair's "no samples" bit, count == 0, is worked out on its way into the buffer: FRONTIER's
+        # decision reads a bit, not a compare of the count)
+        head_pair = data.StructLayout({"pair": IndptrPair, "none": 1})
+        m.submodules.pairs_head = pairs_head = ResetInserter(self.clear_jobs)(StreamBuffer(head_pair))
         connect(m, flipped(self.nodes), nodes_head.i)
-        connect(m, flipped(self.pairs), pairs_head.i)
+        m.d.comb += [pairs_head.i.valid.eq(self.pairs.valid), self.pairs.ready.eq(pairs_head.i.ready),
+                     pairs_head.i.payload.pair.eq(self.pairs.payload),
+                     pairs_head.i.payload.none.eq(self.pairs.payload.count == 0)]
         nodes_in, pairs_in = nodes_head.o, pairs_head.o
         entry = nodes_in.payload
-        pair = pairs_in.payload
+        pair = pairs_in.payload.pair
+        no_samples = pairs_in.payload.none
         job_in = self.job.payload
         count = Signal(range(cfg.max_fanout + 1), name="head_count")
         self._head_count = count    # (for the proofs)
@@ -565,7 +571,9 @@ class CommandSequencer(KernelBlock):
                             # the node's count is known now: written at once, in frontier order; only
                             # nodes with edges become jobs (the dispatcher takes a job whenever a
                             # lane has room: the count is written only then)
-                            dispatchable = self.job.ready | (count == 0)
+                            # (the decision reads the pair's bit; the job's valid, off that path,
+                            # the count itself: what the write-bounds proof sees of a job)
+                            dispatchable = self.job.ready | no_samples
                             m.d.comb += self.job.valid.eq(fields_out.ready & (count != 0))
                             m.d.comb += fields_out.valid.eq(dispatchable)
                             with m.If(dispatchable & fields_out.ready):

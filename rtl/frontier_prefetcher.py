@@ -157,10 +157,15 @@ class FrontierPrefetcher(KernelBlock):
         with m.If(job_reset | finishing):
             m.d.sync += key_valid.eq(0)
         m.d.comb += [node_keys.w_en.eq(key_valid[-1]), node_keys.w_data.eq(key_second)]
+        # A place in the pairs FIFO is reserved for every id taken, and given back when its pair
+        # leaves, or as stage 1 passes an id that is out of range or failed (it has no pair): so the
+        # range check (a 64-bit compare behind the id's word select) feeds stage 1's register only,
+        # not the reservation count (on the ECP5 proxy: 11.6 ns from the frontier's answer buffer)
         reserve = Signal()
         release = Signal()
+        returned = Signal()
         m.d.comb += release.eq(indptr_pairs.r_en & indptr_pairs.r_rdy)
-        m.d.sync += pairs_reserved.eq(pairs_reserved + reserve - release)
+        m.d.sync += pairs_reserved.eq(pairs_reserved + reserve - release - returned)
         with m.If(job_reset):
             m.d.sync += pairs_reserved.eq(0)
         # the two stages: stage 0 takes an id, stage 1 issues its read(s)
@@ -174,7 +179,8 @@ class FrontierPrefetcher(KernelBlock):
         m.d.comb += [ahead_in.node.eq(prefetch_node), ahead_in.in_range.eq(s1_in_range),
                      ahead_in.error.eq(s1_error), ahead_in.address.eq(s1_address)]
         with m.If(s1_valid & ~s1_in_range):
-            m.d.comb += [nodes_ahead_fifo.w_en.eq(nodes_ahead_fifo.w_rdy), s1_done.eq(nodes_ahead_fifo.w_rdy)]
+            m.d.comb += [nodes_ahead_fifo.w_en.eq(nodes_ahead_fifo.w_rdy), s1_done.eq(nodes_ahead_fifo.w_rdy),
+                         returned.eq(nodes_ahead_fifo.w_rdy)]
         with m.Elif(s1_valid & ~s1_second):
             m.d.comb += [port_a.request.valid.eq(nodes_ahead_fifo.w_rdy | ~same_beat),
                          port_a.request.payload.eq(start_address), port_a.tag.eq(same_beat)]
@@ -194,7 +200,7 @@ class FrontierPrefetcher(KernelBlock):
         with m.If(prefetching & room):
             m.d.comb += mem.response.ready.eq(1)
             with m.If(mem.response.valid):
-                m.d.comb += [reserve.eq(in_range), key_taken.eq(1)]
+                m.d.comb += [reserve.eq(1), key_taken.eq(1)]
                 m.d.sync += [s1_valid.eq(1), s1_second.eq(0), s1_in_range.eq(in_range),
                              s1_error.eq(arriving.error), s1_address.eq(arriving.address),
                              prefetch_node.eq(arriving_id)]

@@ -122,11 +122,9 @@ class EdgeStreamer(KernelBlock):
         # the sequencer and the other lanes) runs through the job offer into the tickets', collects'
         # and stage FIFOs' write enables (13.6 ns, the whole kernel's critical path at 73.7 MHz). A
         # job taken in that cycle is dropped with the others when the command ends (FINISH).
-        # ``stopped`` is that flag or FINISH's ``abandon`` a cycle late, for the job offer alone (the
-        # sequencer's flag into the stage's write enable was the next path, 11.5 ns at 87.2 MHz): a
-        # job taken in FINISH's first cycle is cleared with the queues in its second
-        back_error = Signal()
-        m.d.sync += back_error.eq(self.halt | collector.failed)
+        # The flag also takes FINISH's ``abandon`` a cycle late (the sequencer's flag into the
+        # stage's write enable was the next path, 11.5 ns at 87.2 MHz): a job taken in FINISH's
+        # first cycle is cleared with the queues in its second (the issuer reads ``abandon`` itself)
         stopped = Signal()
         m.d.sync += stopped.eq(self.halt | collector.failed | finishing)
 
@@ -234,7 +232,7 @@ class EdgeStreamer(KernelBlock):
         with m.FSM(name="issuer"):
             with m.State("I_IDLE"):
                 m.d.comb += issuer_idle.eq(~tickets.r_rdy)
-                with m.If(tickets.r_rdy & ~finishing & ~back_error):
+                with m.If(tickets.r_rdy & ~finishing & ~stopped):
                     m.d.comb += tickets.r_en.eq(1)
                     m.d.sync += [ticket.eq(tickets.r_data), dense_address.eq(loaded.edge_address),
                                  remaining.eq(loaded.count)]
@@ -261,7 +259,7 @@ class EdgeStreamer(KernelBlock):
                                          remaining.eq(loaded.count)]
                         with m.Else():
                             m.next = "I_IDLE"
-                with m.If(finishing | back_error):
+                with m.If(finishing | stopped):
                     m.next = "I_IDLE"
 
         # the answers leave the read channel at once (a beat FIFO), so an answer that holds several

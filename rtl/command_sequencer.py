@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, ResetInserter, Signal
 from amaranth.lib import data, stream
-from amaranth.lib.wiring import In, Out, connect, flipped
+from amaranth.lib.wiring import In, Out
 
 from smartsage.spec import image as spec_image
 from smartsage.spec import rng as spec_rng
@@ -248,6 +248,14 @@ class CommandSequencer(KernelBlock):
         self_over = Signal()        # self_bytes > self_capacity, a cycle after self_bytes
         sum_over = Signal()
         m.d.sync += [self_over.eq(self_bytes > desc("self_capacity")), sum_over.eq(sum_bytes > desc("sum_capacity"))]
+        # feature_bytes = |F_{L-1}| x F by shifts and adds, one bit of F per cycle, in every cycle with
+        # no enable (decoded from the state, the enables of these ~420 flip-flops were a long path on the
+        # ECP5 proxy): HOP loads the operands before FEATURES_MULTIPLY, which waits for the multiplier
+        # to shift out; then, and in every other state, the multiplier is 0, so nothing changes, and the
+        # byte counts follow the product a cycle behind
+        m.d.sync += [feature_bytes.eq(feature_bytes + Mux(multiplier[0], multiplicand, 0)),
+                     multiplicand.eq(multiplicand << 1), multiplier.eq(multiplier >> 1),
+                     self_bytes.eq(feature_bytes << feature_size_log2), sum_bytes.eq(feature_bytes << 2)]
         counts_end = Signal(65)    # counts_base + frontier_size, registered (the HOP state's check)
 
         status = Signal(32)
@@ -380,17 +388,20 @@ class CommandSequencer(KernelBlock):
         # min(d, k) come with the pair (worked out as it was queued)
         # The heads come out of two-entry buffers (flip-flops, not the prefetcher's LUT-RAM FIFOs),
         # emptied with the prefetcher's queues
-        m.submodules.nodes_head = nodes_head = ResetInserter(self.clear_jobs)(StreamBuffer(FrontierNode))
-        # (a pair's "no samples" bit, count == 0, is worked out on its way into the buffer: FRONTIER's
-        # decision reads a bit, not a compare of the count)
+        # (a node's "usable" bit, in range and read, and a pair's "no samples" bit, count == 0, are
+        # worked out on their way into the buffers: FRONTIER's decision reads bits, not the fields)
+        head_node = data.StructLayout({"node": FrontierNode, "usable": 1})
+        m.submodules.nodes_head = nodes_head = ResetInserter(self.clear_jobs)(StreamBuffer(head_node))
         head_pair = data.StructLayout({"pair": IndptrPair, "none": 1})
         m.submodules.pairs_head = pairs_head = ResetInserter(self.clear_jobs)(StreamBuffer(head_pair))
-        connect(m, flipped(self.nodes), nodes_head.i)
+        m.d.comb += [nodes_head.i.valid.eq(self.nodes.valid), self.nodes.ready.eq(nodes_head.i.ready),
+                     nodes_head.i.payload.node.eq(self.nodes.payload),
+                     nodes_head.i.payload.usable.eq(self.nodes.payload.in_range & ~self.nodes.payload.error)]
         m.d.comb += [pairs_head.i.valid.eq(self.pairs.valid), self.pairs.ready.eq(pairs_head.i.ready),
                      pairs_head.i.payload.pair.eq(self.pairs.payload),
                      pairs_head.i.payload.none.eq(self.pairs.payload.count == 0)]
         nodes_in, pairs_in = nodes_head.o, pairs_head.o
-        entry = nodes_in.payload
+        entry = nodes_in.payload.node
         pair = pairs_in.payload.pair
         no_samples = pairs_in.payload.none
         job_in = self.job.payload
@@ -402,16 +413,50 @@ class CommandSequencer(KernelBlock):
         # else ``room_exact``, the head's check worked out in the cycle before, which still holds
         # while ``room_current`` (the head and the room are those of the cycle before: a FRONTIER
         # cycle took nothing). Near a full node list a node so waits a cycle for its check
+        # ``room`` is that verdict itself as one more register (the decision reads one bit; the
+        # other three tell a node that waits from one that does not fit)
         most = 2 ** len(count) - 1
         room_wide, room_exact, room_current = Signal(name="room_wide"), Signal(name="room_exact"), Signal(
             name="room_current")
-        m.d.sync += [room_wide.eq(self._fits(2 * most, nodes_room, "nodes")),
-                     room_exact.eq(self._fits(count, nodes_room, "nodes")), room_current.eq(0)]
+        room = Signal(name="room")
+        # ``prefetching`` is set on the way into FRONTIER and cleared on every way out: the state
+        # as a flip-flop (the walk's decision and registers do not decode the state machine's state)
+        next_room_wide = self._fits(2 * most, nodes_room, "nodes")
+        next_room_exact = self._fits(count, nodes_room, "nodes")
+        next_room_current = prefetching & pairs_in.valid & ~take
+        m.d.sync += [room_wide.eq(next_room_wide), room_exact.eq(next_room_exact), room_current.eq(next_room_current),
+                     room.eq(next_room_wide | (next_room_current & next_room_exact))]
         m.d.comb += [
             count.eq(pair.count),
             job_in.key.eq(entry.key), job_in.degree.eq(pair.degree[:32]), job_in.count.eq(count),
             job_in.edge_start.eq(pair.start), job_in.base.eq(written),
         ]
+        # FRONTIER's hand-off, outside the state machine (the state is ``prefetching``; the fails
+        # are the state's, below): both heads there, usable, and room for the count. The count is
+        # written at once, in frontier order; only nodes with edges become jobs (the dispatcher
+        # takes a job whenever a lane has room: the count is written only then). The decision reads
+        # the pair's bit; the job's valid, off that path, the count itself: what the write-bounds
+        # proof sees of a job
+        handing = Signal()
+        m.d.comb += handing.eq(prefetching & ~frontier_end & nodes_in.valid & nodes_in.payload.usable
+                               & pairs_in.valid & ~pair.error & room)
+        dispatchable = self.job.ready | no_samples
+        # the count's field, whatever is decided (its valid is the decision's; the other states'
+        # fields override the payload)
+        m.d.comb += [fields_out.payload.address.eq(count_address), fields_out.payload.data.eq(count),
+                     fields_out.payload.wide.eq(0)]
+        # The walk's registers are stepped in every cycle, by what is taken (``take`` picks the
+        # addends; it is 0 outside FRONTIER, where the states that load them override), so neither
+        # the decision nor the state enables their ~260 flip-flops
+        taken_count = Mux(take, count, 0)
+        m.d.sync += [written.eq(written + taken_count), nodes_room.eq(nodes_room - taken_count),
+                     frontier_index.eq(frontier_index + take),
+                     frontier_end.eq(Mux(take, frontier_index + 1 == frontier_size, frontier_end)),
+                     count_address.eq(count_address + Cat(Const(0, 2), take))]
+        with m.If(handing):
+            m.d.comb += [self.job.valid.eq(fields_out.ready & (count != 0)), fields_out.valid.eq(dispatchable)]
+            with m.If(dispatchable & fields_out.ready):
+                m.d.comb += [nodes_in.ready.eq(1), pairs_in.ready.eq(1), take.eq(1)]
 
         captures = []   # (fetching, reader, answered, capture) of each read_words state, wired after the FSM
         with m.FSM():
@@ -539,17 +584,7 @@ class CommandSequencer(KernelBlock):
                 # one node per cycle, in frontier order: range check, degree, room in the node list,
                 # then the node is handed to the edge streamer with its place reserved (the job and
                 # its count are formed from the heads of the queues, before the state machine). The
-                # walk's registers load in every cycle of the state, stepped by what is taken (``take``
-                # picks the addends), so the decision enables none of their ~260 flip-flops
-                m.d.sync += room_current.eq(pairs_in.valid & ~take)   # (0 in every other state)
-                # the count's field, whatever is decided (its valid is the decision's)
-                m.d.comb += [fields_out.payload.address.eq(count_address), fields_out.payload.data.eq(count),
-                             fields_out.payload.wide.eq(0)]
-                taken_count = Mux(take, count, 0)
-                m.d.sync += [written.eq(written + taken_count), nodes_room.eq(nodes_room - taken_count),
-                             frontier_index.eq(frontier_index + take),
-                             frontier_end.eq(Mux(take, frontier_index + 1 == frontier_size, frontier_end)),
-                             count_address.eq(count_address + Cat(Const(0, 2), take))]
+                # walk's registers are stepped by what is taken (above the state machine)
                 with m.If(frontier_end):
                     m.d.sync += prefetching.eq(0)
                     m.next = "HOP_WAIT"
@@ -567,27 +602,13 @@ class CommandSequencer(KernelBlock):
                         with m.Elif(~room_wide & ~room_exact):
                             fail(Status.NODES_CAPACITY, hop_value=hop, index_value=frontier_index,
                                  value=written + count)
-                        with m.Else():
-                            # the node's count is known now: written at once, in frontier order; only
-                            # nodes with edges become jobs (the dispatcher takes a job whenever a
-                            # lane has room: the count is written only then)
-                            # (the decision reads the pair's bit; the job's valid, off that path,
-                            # the count itself: what the write-bounds proof sees of a job)
-                            dispatchable = self.job.ready | no_samples
-                            m.d.comb += self.job.valid.eq(fields_out.ready & (count != 0))
-                            m.d.comb += fields_out.valid.eq(dispatchable)
-                            with m.If(dispatchable & fields_out.ready):
-                                m.d.comb += [nodes_in.ready.eq(1), pairs_in.ready.eq(1), take.eq(1)]
+                        # (else the node is handed on: ``handing``, above)
                 abort_on_streamer_error()
 
             # ---- AGGREGATE (section 5 step 5, then section 4): room for the self rows and the sums
             # of the last frontier, then the feature aggregator
-            with m.State("FEATURES_MULTIPLY"):  # feature_bytes = |F_{L-1}| x F, one bit of F per cycle
-                with m.If(multiplier[0]):
-                    m.d.sync += feature_bytes.eq(feature_bytes + multiplicand)
-                m.d.sync += [multiplicand.eq(multiplicand << 1), multiplier.eq(multiplier >> 1)]
+            with m.State("FEATURES_MULTIPLY"):  # feature_bytes = |F_{L-1}| x F (above the state machine)
                 with m.If(multiplier == 0):
-                    m.d.sync += [self_bytes.eq(feature_bytes << feature_size_log2), sum_bytes.eq(feature_bytes << 2)]
                     m.next = "FEATURES_SETTLE"
             with m.State("FEATURES_SETTLE"):   # the capacity compares below are registered
                 m.next = "FEATURES_CHECK"

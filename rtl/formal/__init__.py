@@ -72,14 +72,14 @@ KERNEL_WRITES_CHECKS = {
         "a whole-kernel BMC reaches the first write only at step 38 (119 s here) and a BMC of the sequencer "
         "alone reached step 23 in 10 minutes, so the property is proved by k-induction instead, on the "
         "sequencer's ports (every input free, the buffers from its buffers port): k-induction closes at depth 2 "
-        "with eleven invariants on its registers (the descriptor and header fetch flags equal their states; the "
+        "with eleven invariants on its registers (the descriptor, header and walk flags equal their states; the "
         "last-hop flag equals hop == num_hops; the section-5 checks registered; counts_ptr aligned in the "
         "hop states and result_ptr in RESULT; the walk's end flag; counts_end and the registered counts "
         "check; in FRONTIER counts_base + "
         "frontier_size <= counts_capacity and frontier_index <= frontier_size; written + room == "
         "nodes_capacity; the registered room checks (room_wide leaves room for the largest count, room_exact "
-        "is the head's check while room_current); the count's address is counts_ptr + 4 (counts_base + "
-        "frontier_index)). Proved one "
+        "is the head's check while room_current; room is their verdict); the count's address is "
+        "counts_ptr + 4 (counts_base + frontier_index)). Proved one "
         "property per run, in order, each run assuming the earlier ones (kernel_writes.ordered_parts): as "
         "one run z3 took 377 s here and over 600 s on a CI machine; the fifteen parts take about a minute",
         parts=kernel_writes.PART_ORDER),

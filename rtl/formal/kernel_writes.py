@@ -117,10 +117,11 @@ class _ObservedSequencer(CommandSequencer):
         self.state_code = fsm.encoding
         (self.counts_base, self.frontier_index, self.frontier_size, self.counts_end, self.counts_fit, self.key_wait,
          self.written, self.nodes_room, self.count_address, self.frontier_end, self.fetching_descriptor,
-         self.fetching_header, self.hop, self.last_hop, self.room_wide, self.room_exact, self.room_current) = inner(
+         self.fetching_header, self.hop, self.last_hop, self.room_wide, self.room_exact, self.room_current,
+         self.room, self.prefetching) = inner(
             m, "counts_base", "frontier_index", "frontier_size", "counts_end", "counts_fit", "key_wait", "written",
             "nodes_room", "count_address", "frontier_end", "fetching_descriptor", "fetching_header", "hop",
-            "last_hop", "room_wide", "room_exact", "room_current")
+            "last_hop", "room_wide", "room_exact", "room_current", "room", "prefetching")
         offset, size = field_span(DESCRIPTOR_FIELDS, "num_hops")
         word, = inner(m, f"desc_word{offset // 8}")
         self.num_hops = word[(offset % 8) * 8:(offset % 8 + size) * 8]
@@ -196,9 +197,10 @@ class SequencerWritesHarness(PartsHarness):
         # In proof order (PART_ORDER): first the invariants on the sequencer's registers that make
         # the port properties inductive, then the port properties themselves.
         properties = {
-            # the fetches' flags are their states (the fetched words land only then)
+            # the fetches' flags are their states (the fetched words land only then), and so is
+            # the walk's (FRONTIER's hand-off reads it, not the state)
             "fetch_flags": (dut.fetching_descriptor == in_state["DESCRIPTOR"])
-                           & (dut.fetching_header == in_state["IMAGE"]),
+                           & (dut.fetching_header == in_state["IMAGE"]) & (dut.prefetching == in_state["FRONTIER"]),
             # the last hop's flag is set with the hop
             "last_hop": ~hopping | (dut.last_hop == (dut.hop == dut.num_hops)),
             # the checks are registered the cycle before CHECK decides on them
@@ -228,7 +230,8 @@ class SequencerWritesHarness(PartsHarness):
             # worked out from)
             "room_checks": ~in_state["FRONTIER"] | (
                 (~dut.room_wide | (dut.nodes_room >= 2 ** len(dut.head_count) - 1))
-                & (~dut.room_current | (dut.room_exact == dut._fits(dut.head_count, dut.nodes_room, "nodes")))),
+                & (~dut.room_current | (dut.room_exact == dut._fits(dut.head_count, dut.nodes_room, "nodes")))
+                & (dut.room == (dut.room_wide | (dut.room_current & dut.room_exact)))),
             # the count's address is stepped, not computed: it is the walk's entry
             "count_address": ~in_state["FRONTIER"] | (
                 dut.count_address == (b.counts_ptr + ((dut.counts_base + dut.frontier_index) << 2))[:64]),
@@ -321,9 +324,11 @@ class SequencerDescriptorHarness(Harness):
         registers = inner(m.submodules.dut, *(f"desc_word{i}" for i in range(len(words))))
         in_state = {name: dut.state == code for name, code in dut.state_code.items()}
         fetching = in_state["DESCRIPTOR"]
-        fetching_descriptor, fetching_header = inner(m.submodules.dut, "fetching_descriptor", "fetching_header")
+        fetching_descriptor, fetching_header, prefetching = inner(
+            m.submodules.dut, "fetching_descriptor", "fetching_header", "prefetching")
         m.d.comb += [
-            Assert((fetching_descriptor == fetching) & (fetching_header == in_state["IMAGE"])),
+            Assert((fetching_descriptor == fetching) & (fetching_header == in_state["IMAGE"])
+                   & (prefetching == in_state["FRONTIER"])),
             Assert(in_state["IDLE"] | (descriptor_base == descriptor)),
             Assert(~result_valid | Cat(*(r == w for r, w in zip(registers, words, strict=True))).all()),
             Assert(fetching | in_state["FINISH"] | ~pending.any),

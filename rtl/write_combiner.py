@@ -106,7 +106,7 @@ class WriteCombiner(wiring.Component):
             return index
 
         beat_fifos, run_fifos, idles = [], [], []
-        staged_layout = data.StructLayout({"field": AppendWord, "same_beat": 1})
+        staged_layout = data.StructLayout({"field": AppendWord, "same_beat": 1, "next_beat": 1})
         for number in range(self._ports):
             # ---- the port's input stage: a two-entry buffer (ready and payload from flip-flops), and
             # whether a field is for the same beat as the field before it, worked out as it enters
@@ -115,12 +115,22 @@ class WriteCombiner(wiring.Component):
             incoming = self.fields[number]
             stage = StreamBuffer(staged_layout)
             m.submodules[f"stage{number}"] = stage
-            previous_beat = Signal(ADDRESS_WIDTH - size_log2, name=f"previous_beat{number}")
+            # (and whether it is for the beat after that one, not across a 4 KiB boundary: the run
+            # check, below, then reads one bit too)
+            boundary = BURST_BOUNDARY.bit_length() - 1
+            # (the addresses are read only while a beat or a run is open, set after the first field:
+            # no reset reaches them, nor the open beat's and run's payloads below)
+            previous_beat = Signal(ADDRESS_WIDTH - size_log2, name=f"previous_beat{number}", reset_less=True)
+            previous_next = Signal(ADDRESS_WIDTH - size_log2, name=f"previous_next{number}",  # previous_beat + 1
+                                   reset_less=True)
+            incoming_beat = incoming.payload.address[size_log2:]
             m.d.comb += [stage.i.valid.eq(incoming.valid), incoming.ready.eq(stage.i.ready),
                          stage.i.payload.field.eq(incoming.payload),
-                         stage.i.payload.same_beat.eq((incoming.payload.address >> size_log2) == previous_beat)]
+                         stage.i.payload.same_beat.eq(incoming_beat == previous_beat),
+                         stage.i.payload.next_beat.eq((incoming_beat == previous_next)
+                                                      & (incoming_beat[:boundary - size_log2] != 0))]
             with m.If(incoming.valid & incoming.ready):
-                m.d.sync += previous_beat.eq(incoming.payload.address >> size_log2)
+                m.d.sync += [previous_beat.eq(incoming_beat), previous_next.eq(incoming_beat + 1)]
             port = stage.o
             beats = SyncFIFO(width=beat_layout.size, depth=depth)
             runs = SyncFIFO(width=run_layout.size, depth=depth)
@@ -131,9 +141,12 @@ class WriteCombiner(wiring.Component):
 
             # ---- the open beat
             is_open = Signal(name=f"open{number}")
-            beat_address = Signal(ADDRESS_WIDTH, name=f"beat_address{number}")
-            beat_next = Signal(ADDRESS_WIDTH, name=f"beat_next{number}")   # beat_address + a beat
-            beat = Signal(beat_layout, name=f"beat{number}")
+            beat_address = Signal(ADDRESS_WIDTH, name=f"beat_address{number}", reset_less=True)
+            # the open beat follows the beat pushed before it (the last pushed beat is always the
+            # previous field's: a beat opens only as the one before it is pushed, or after it was), not
+            # across a 4 KiB boundary: with the run open it continues the run (its next address)
+            beat_follows = Signal(name=f"beat_follows{number}")
+            beat = Signal(beat_layout, name=f"beat{number}", reset_less=True)
             field = port.payload.field
             offset = field.address[:size_log2]
             lane_value = Mux(field.wide, field.data, Cat(field.data[:32], field.data[:32]))
@@ -166,8 +179,8 @@ class WriteCombiner(wiring.Component):
                         m.d.sync += beat.eq(merged)
                 with m.Else():
                     m.d.comb += [push.eq(is_open), push_beat.eq(beat)]
-                    m.d.sync += [is_open.eq(1), beat_address.eq(field.address & ~(data_bytes - 1)),
-                                 beat_next.eq((field.address & ~(data_bytes - 1)) + data_bytes),
+                    m.d.sync += [is_open.eq(1), beat_follows.eq(port.payload.next_beat),
+                                 beat_address.eq(field.address & ~(data_bytes - 1)),
                                  beat.data.eq(field_data), beat.strobe.eq(field_strobe)]
             # (a flush closes the open beat once the fields in the input buffer have merged)
             with m.Elif(self.flush & ~port.valid & is_open & beats.w_rdy & runs.w_rdy):
@@ -176,26 +189,24 @@ class WriteCombiner(wiring.Component):
 
             # ---- runs of consecutive beats
             run_open = Signal(name=f"run_open{number}")
-            run_first = Signal(ADDRESS_WIDTH, name=f"run_first{number}")
-            run_next = Signal(ADDRESS_WIDTH, name=f"run_next{number}")   # the run's last beat + a beat
+            run_first = Signal(ADDRESS_WIDTH, name=f"run_first{number}", reset_less=True)
             run_length = Signal(range(MAX_BURST + 1), name=f"run_length{number}")
             run_out = Signal(run_layout, name=f"run_out{number}")
             m.d.comb += runs.w_data.eq(run_out)
-            boundary = BURST_BOUNDARY.bit_length() - 1
             push_first = first_strobed(push_beat.strobe, f"push_first{number}")
-            continues = (run_open & (push_address == run_next)
-                         & (push_address[:boundary] != 0) & (run_length < MAX_BURST))
+            # (the pushed beat is the open one: its address is the run's next, not at a 4 KiB
+            # boundary, when it follows the beat pushed before it, worked out as its field entered)
+            continues = run_open & beat_follows & (run_length < MAX_BURST)
             with m.If(push):
                 with m.If(continues):
-                    m.d.sync += [run_next.eq(beat_next), run_length.eq(run_length + 1)]
+                    m.d.sync += run_length.eq(run_length + 1)
                     with m.If(run_length == MAX_BURST - 1):  # full: published at once
                         m.d.comb += [runs.w_en.eq(1), run_out.first.eq(run_first), run_out.length.eq(MAX_BURST)]
                         m.d.sync += run_open.eq(0)
                 with m.Else():
                     m.d.comb += [runs.w_en.eq(run_open), run_out.first.eq(run_first),
                                  run_out.length.eq(run_length)]
-                    m.d.sync += [run_open.eq(1), run_first.eq(push_address | push_first),
-                                 run_next.eq(beat_next), run_length.eq(1)]
+                    m.d.sync += [run_open.eq(1), run_first.eq(push_address | push_first), run_length.eq(1)]
             with m.Elif(self.flush & ~port.valid & ~is_open & run_open):
                 m.d.comb += [runs.w_en.eq(1), run_out.first.eq(run_first), run_out.length.eq(run_length)]
                 m.d.sync += run_open.eq(0)

@@ -25,6 +25,7 @@ from .kernel_block import KernelBlock, check_kernel_config
 from .node_list_collector import NodeListCollector, answer_layout, id_offset
 from .node_list_collector import collect_layout as node_list_collector_layout
 from .position_sampler import DRAW_LATENCY, PositionSampler
+from .stream_buffer import StreamBuffer
 from .tagged_read_stream import ReadPortSignature
 from .write_combiner import AppendWord
 
@@ -155,14 +156,14 @@ class EdgeStreamer(KernelBlock):
         ticket = Signal(ticket_layout)
         collect_in = Signal(collect_layout)
         turn = Signal(range(SAMPLERS_PER_LANE))
-        # the job at the queue's head is staged: whether it is dense, its first edge's storage address
+        # the job at the queue's head is staged: its first edge's storage address
         # and its place's device address are worked out on the way in. The stage is a two-entry FIFO
         # (LUT-RAM), so taking a job (``go``) moves pointers and enables no payload register
         # (a staged job in flip-flops, loaded when ``go``, put ~200 enables behind the decision: the
         # edge streamer's critical path on the ECP5 proxy); the samplers' node registers follow the
         # head while they are idle.
         staged_layout = data.StructLayout({"key": 32, "degree": 32, "count": range(cfg.max_fanout + 1),
-                                           "dense": 1, "edge_address": 64, "node_address": 64})
+                                           "edge_address": 64, "node_address": 64})
         stage = SyncFIFO(width=staged_layout.size, depth=2)
         m.submodules.stage = ResetInserter(job_reset)(stage)
         staged = staged_layout(stage.r_data)
@@ -179,12 +180,17 @@ class EdgeStreamer(KernelBlock):
         m.d.sync += [tickets_room.eq(tickets.level < tickets.depth - 1),
                      collects_room.eq(collects.level < collects.depth - 1)]
         go = Signal()
+        # whether the staged job is dense (d == k), a flip-flop beside the stage (a job written into
+        # the stage is its head in the next cycle: one is written only while the stage is empty or
+        # its head leaves), so no LUT-RAM read sits in front of ``go``
+        head_dense = Signal()
+        with m.If(stage.w_en):
+            m.d.sync += head_dense.eq(incoming.degree == incoming.count)
         m.d.comb += [
             offer.eq(staged_valid & tickets_room & collects_room & ~stopped),
-            go.eq(offer & (staged.dense | (Cat(*(sampler.request.ready for sampler in samplers)) & turn_hot).any())),
+            go.eq(offer & (head_dense | (Cat(*(sampler.request.ready for sampler in samplers)) & turn_hot).any())),
             stage.r_en.eq(go),
             staged_in.key.eq(incoming.key), staged_in.degree.eq(incoming.degree), staged_in.count.eq(incoming.count),
-            staged_in.dense.eq(incoming.degree == incoming.count),
             staged_in.edge_address.eq(self.indices_base + id_offset(wide_ids, incoming.edge_start)),
             staged_in.node_address.eq(self.nodes_ptr + id_offset(wide_ids, incoming.base)),
             # it holds one job, as a register would (a second place only for the cycle the head
@@ -193,7 +199,7 @@ class EdgeStreamer(KernelBlock):
             stage.w_data.eq(staged_in), stage.w_en.eq(jobs.valid & jobs.ready), jobs.ready.eq(~staged_valid | go),
         ]
         m.d.comb += [
-            ticket_in.sampler.eq(turn), ticket_in.dense.eq(staged.dense), ticket_in.count.eq(staged.count),
+            ticket_in.sampler.eq(turn), ticket_in.dense.eq(head_dense), ticket_in.count.eq(staged.count),
             ticket_in.edge_address.eq(staged.edge_address),
             tickets.w_data.eq(ticket_in),
             collect_in.count.eq(staged.count),
@@ -204,10 +210,10 @@ class EdgeStreamer(KernelBlock):
             m.d.comb += [sampler.request.payload.key.eq(staged.key),
                          sampler.request.payload.degree.eq(staged.degree),
                          sampler.request.payload.fanout.eq(fanout),
-                         sampler.request.valid.eq(offer & ~staged.dense & turn_hot[number])]
+                         sampler.request.valid.eq(offer & ~head_dense & turn_hot[number])]
         with m.If(go):
             m.d.comb += [tickets.w_en.eq(1), collects.w_en.eq(1)]
-            with m.If(~staged.dense):
+            with m.If(~head_dense):
                 m.d.sync += [turn.eq(Mux(turn == SAMPLERS_PER_LANE - 1, 0, turn + 1)),
                              turn_hot.eq(turn_hot.rotate_left(1))]
         with m.If(job_reset):
@@ -220,13 +226,15 @@ class EdgeStreamer(KernelBlock):
         # ids of the ticket still to read
         dense_address = Signal(64)
         remaining = Signal(range(cfg.max_fanout + 1))
-        dense_room = Signal(range(ids_per_beat + 1))  # ids to the beat's end
+        # the ids from dense_address to its beat's end, a register loaded with the address (worked
+        # out from the ticket's address as it loads, a whole beat after each read): no subtraction
+        # between the address register and the read's step
+        dense_room = Signal(range(ids_per_beat + 1))
         dense_ids = Signal(range(ids_per_beat + 1))
-        m.d.comb += [
-            dense_room.eq(Mux(wide_ids, (data_bytes - dense_address[:beat_log2]) >> 3,
-                              (data_bytes - dense_address[:beat_log2]) >> 2)),
-            dense_ids.eq(Mux(remaining < dense_room, remaining, dense_room)),
-        ]
+        m.d.comb += dense_ids.eq(Mux(remaining < dense_room, remaining, dense_room))
+
+        def ids_to_beat_end(address):
+            return Mux(wide_ids, (data_bytes - address[:beat_log2]) >> 3, (data_bytes - address[:beat_log2]) >> 2)
         step = Mux(ticket.dense, dense_ids, 1)
         loaded = ticket_layout(tickets.r_data)
         with m.FSM(name="issuer"):
@@ -235,7 +243,7 @@ class EdgeStreamer(KernelBlock):
                 with m.If(tickets.r_rdy & ~finishing & ~stopped):
                     m.d.comb += tickets.r_en.eq(1)
                     m.d.sync += [ticket.eq(tickets.r_data), dense_address.eq(loaded.edge_address),
-                                 remaining.eq(loaded.count)]
+                                 dense_room.eq(ids_to_beat_end(loaded.edge_address)), remaining.eq(loaded.count)]
                     m.next = "I_STREAM"
             with m.State("I_STREAM"):
                 with m.If(ticket.dense):
@@ -250,12 +258,14 @@ class EdgeStreamer(KernelBlock):
                         m.d.comb += sampler.positions.ready.eq(port.request.ready & (ticket.sampler == number))
                 with m.If(port.request.valid & port.request.ready):
                     m.d.sync += [remaining.eq(remaining - step),
-                                 dense_address.eq((dense_address | (data_bytes - 1)) + 1)]
+                                 dense_address.eq((dense_address | (data_bytes - 1)) + 1),
+                                 dense_room.eq(Mux(wide_ids, data_bytes >> 3, data_bytes >> 2))]
                     with m.If(remaining == step):
                         # the next ticket at once when there is one
                         with m.If(tickets.r_rdy):
                             m.d.comb += tickets.r_en.eq(1)
                             m.d.sync += [ticket.eq(tickets.r_data), dense_address.eq(loaded.edge_address),
+                                         dense_room.eq(ids_to_beat_end(loaded.edge_address)),
                                          remaining.eq(loaded.count)]
                         with m.Else():
                             m.next = "I_IDLE"
@@ -273,10 +283,15 @@ class EdgeStreamer(KernelBlock):
             answers.w_data.eq(answer_in), answers.w_en.eq(port.response.valid & ~finishing),
             port.response.ready.eq(answers.w_rdy),
         ]
+        # the collector reads the head answer from flip-flops (a two-entry buffer behind the FIFO's
+        # LUT-RAM read: its id count and error flag decide the collector's step, whose ready moved
+        # the FIFO's pointers and level in the same cycle)
+        m.submodules.answer_head = answer_head = ResetInserter(job_reset)(StreamBuffer(answer_in.shape()))
+        m.d.comb += [answer_head.i.valid.eq(answers.r_rdy), answer_head.i.payload.eq(answers.r_data),
+                     answers.r_en.eq(answer_head.i.ready)]
+        wiring.connect(m, answer_head.o, collector.answers)
         # the collector's wiring
         m.d.comb += [
-            collector.answers.valid.eq(answers.r_rdy), collector.answers.payload.eq(answers.r_data),
-            answers.r_en.eq(collector.answers.ready),
             collector.jobs.valid.eq(collects.r_rdy), collector.jobs.payload.eq(collects.r_data),
             collects.r_en.eq(collector.jobs.ready),
             collector.wide_ids.eq(wide_ids), collector.abandon.eq(finishing), collector.clear.eq(job_reset),
@@ -285,6 +300,7 @@ class EdgeStreamer(KernelBlock):
             self.storage_error_address.eq(collector.storage_error_address),
         ]
         wiring.connect(m, wiring.flipped(appends), collector.appends)
-        m.d.comb += [self.idle.eq(issuer_idle & ~jobs.valid & ~staged_valid & (pending == 0) & collector.idle),
+        m.d.comb += [self.idle.eq(issuer_idle & ~jobs.valid & ~staged_valid & (pending == 0)
+                                  & (collector.failed | (collector.idle & answer_head.idle & ~answers.r_rdy))),
                      self.failed.eq(collector.failed)]
         return m

@@ -183,7 +183,9 @@ class FeatureAggregator(wiring.Component):
         wiring.connect(m, unpacker.units, units_buffer.i)
         wiring.connect(m, pieces_buffer.o, writer.piece)
         units = units_buffer.o
-        buffers_idle = beats_buffer.idle & units_buffer.idle & pieces_buffer.idle & requests_buffer.idle
+        request_valid = Signal()    # a row read between the issuer's stage and the request buffer (below)
+        buffers_idle = (beats_buffer.idle & units_buffer.idle & pieces_buffer.idle & requests_buffer.idle
+                        & ~request_valid)
         wiring.connect(m, wiring.flipped(self.storage), rows.bus)
         for port in (ids.bus, writer.bus):
             for name, member in port.signature.members.items():
@@ -450,16 +452,20 @@ class FeatureAggregator(wiring.Component):
         fire = Signal()
         # a read issued is staged for a cycle with its work record (and, for a chunk's first read, the
         # chunk's): its row address is read from the samples table (a registered read, enabled as the
-        # read is issued) or taken from the self-row register into the stage, then the chunk's offset
-        # is added on the way into the request buffer, and the records' destinations get theirs on the
-        # way into their FIFOs. The group's buffers are freed for the loader only once its last read
-        # leaves the stage.
+        # read is issued) or taken from the self-row register into the stage; as it leaves the stage
+        # the row address is registered (``request``: the table's read port, a DP16KD without its
+        # output register on the ECP5 proxy, fed a 64-bit adder there), then the chunk's offset is
+        # added on the way into the request buffer; the records' destinations get theirs on the way
+        # into their FIFOs as the read leaves the stage. The group's buffers are freed for the loader
+        # only once its last read leaves the stage.
         stage = Signal(data.StructLayout({"valid": 1, "self": 1, "offset": len(chunk_offset),
                                           "bytes": 16, "group": 1, "frees": 1, "first": 1,
                                           "sum_offset": len(chunk_start) + 2, "work": work_layout,
                                           "chunk": chunk_layout}))
         leaves = Signal()
         load = Signal()         # the stage's registers load: it is empty or its read leaves
+        request = Signal(data.StructLayout({"base": 64, "offset": len(chunk_offset), "bytes": 16}), reset_less=True)
+        request_load = ~request_valid | row_request.ready
         group_done = Signal()   # this read is the group's last
         # room for this read's records behind the one the stage may still hold: flags registered from
         # the FIFO levels a cycle before, one place short (a level grows by at most one a cycle), so
@@ -471,16 +477,16 @@ class FeatureAggregator(wiring.Component):
         work_room = Mux(stage.valid, work_room_2, work_room_1)
         chunks_room = Mux(stage.valid & stage.first, chunks_room_2, chunks_room_1)
         m.d.comb += [
-            leaves.eq(stage.valid & row_request.ready),
-            load.eq(~stage.valid | row_request.ready),
+            leaves.eq(stage.valid & request_load),
+            load.eq(~stage.valid | request_load),
             fire.eq(issuing & ~draining & work_room & (~first_of_chunk | chunks_room) & load),
             group_done.eq(chunk_last & last_chunk),
             sample_read.addr.eq(table_address(issue_group, issue_e, issue_j)), sample_read.en.eq(load),
             self_row_read.addr.eq(entry_address(issue_group, issue_e)), self_row_read.en.eq(load),
             self_dest_read.addr.eq(entry_address(issue_group, issue_e)), self_dest_read.en.eq(load),
-            row_request.valid.eq(stage.valid),
-            row_request.payload.address.eq(Mux(stage.self, self_row_read.data, sample_read.data) + stage.offset),
-            row_request.payload.length.eq(stage.bytes),
+            row_request.valid.eq(request_valid),
+            row_request.payload.address.eq(request.base + request.offset),
+            row_request.payload.length.eq(request.bytes),
             work_in.eq(stage.work), work_in.dest.eq(self_dest_read.data + stage.offset),
             chunk_in.eq(stage.chunk), chunk_in.sum_dest.eq(stage.chunk.sum_dest + stage.sum_offset),
             work.w_en.eq(leaves), chunks.w_en.eq(leaves & stage.first),
@@ -501,6 +507,10 @@ class FeatureAggregator(wiring.Component):
                          stage.chunk.k.eq(k), stage.chunk.empty.eq(empty),
                          stage.chunk.last_beat.eq(((chunk_len + lanes - 1) >> lanes_log2) - 1),
                          stage.chunk.last_bytes.eq((((chunk_len - 1) & (lanes - 1)) + 1) << 2)]
+        with m.If(request_load):
+            m.d.sync += [request_valid.eq(stage.valid),
+                         request.base.eq(Mux(stage.self, self_row_read.data, sample_read.data)),
+                         request.offset.eq(stage.offset), request.bytes.eq(stage.bytes)]
         with m.If(leaves & stage.frees):
             m.d.sync += group_free[stage.group].eq(1)
         with m.FSM(name="issue"):

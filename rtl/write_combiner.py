@@ -168,7 +168,12 @@ class WriteCombiner(wiring.Component):
             taking = port.valid & port.ready
             # (the beat pushed is always the open one, so its address is a register: whether it
             # continues the run is worked out from registers alone, beside the field's handshake)
-            m.d.comb += [port.ready.eq(beats.w_rdy & runs.w_rdy), beats.w_data.eq(push_beat),
+            # room in both FIFOs: their levels a cycle before were below depth - 1 (a level grows by at
+            # most one a cycle), flags of their own, so no level compare sits in front of the port's
+            # handshake and the open beat's enables
+            room = Signal(name=f"room{number}")
+            m.d.sync += room.eq((beats.level < depth - 1) & (runs.level < depth - 1))
+            m.d.comb += [port.ready.eq(room), beats.w_data.eq(push_beat),
                          beats.w_en.eq(push), push_address.eq(beat_address)]
             with m.If(taking):
                 with m.If(same):
@@ -183,7 +188,7 @@ class WriteCombiner(wiring.Component):
                                  beat_address.eq(field.address & ~(data_bytes - 1)),
                                  beat.data.eq(field_data), beat.strobe.eq(field_strobe)]
             # (a flush closes the open beat once the fields in the input buffer have merged)
-            with m.Elif(self.flush & ~port.valid & is_open & beats.w_rdy & runs.w_rdy):
+            with m.Elif(self.flush & ~port.valid & is_open & room):
                 m.d.comb += [push.eq(1), push_beat.eq(beat)]
                 m.d.sync += is_open.eq(0)
 

@@ -742,7 +742,12 @@ class FeatureAggregator(wiring.Component):
         engines_idle = rows.idle & ids.idle & writer.idle & buffers_idle & ~stage.valid
         finished = ((released == p.entries) & ~work.r_rdy & work_head.idle & (finished_chunks == 0) & ~sum_busy
                     & ~out_valid)
-        with m.If(running & engines_idle & (draining | finished)):
+        # the end, registered: ``busy`` falls a cycle after everything was seen idle (and nothing is
+        # left, or an error drains), a state nothing leaves while running; the AND of the engines'
+        # flags and the 64-bit count compare feeds one flip-flop, not ``busy``'s own enable
+        ended = Signal()
+        m.d.sync += ended.eq(running & engines_idle & (draining | finished))
+        with m.If(ended):
             m.d.sync += running.eq(0)
         with m.If(self.start & ~running):
             m.d.sync += [p.eq(self.parameters), running.eq(1), draining.eq(0), self.error.eq(0),

@@ -86,8 +86,8 @@ class PositionSampler(wiring.Component):
         m.submodules.out = out = SyncFIFO(width=32, depth=POSITION_BUFFER)
 
         # The node's registers are reset-less: they follow the request while the sampler is not busy
-        # (so in the cycle after any reset) and are read only while it is; the samplers' reset (the
-        # kernel's or-ed with the sequencer's ``reset_samplers``, one LUT) so reaches the control
+        # (so in the cycle after any reset) and are read only while it is; the samplers' reset (a lane's
+        # flip-flop, set by the kernel's reset or the sequencer's ``reset_samplers``) so reaches the control
         # flags only, not ~700 flip-flops per sampler (on the ECP5 proxy that net, into ``last_j``,
         # was an 11.8 ns path of the whole kernel)
         key = Signal(32, reset_less=True)

@@ -415,12 +415,14 @@ class FeatureAggregator(wiring.Component):
         issue_self = Signal()
         issue_e = Signal(range(SLOTS))
         issue_j = Signal(range(max_fanout + 1))
-        chunk_start = Signal(32)        # first element of the chunk
-        released = Signal(64)           # entries whose every chunk was issued
+        chunk_start = Signal(32)        # first element of the next chunk (stepped in I_CHUNK)
+        released = Signal(64)           # entries whose every read left the issue stage
         k = group_k[issue_group]
         # the chunk's figures, registered in the I_CHUNK state (one cycle before its first read),
-        # from the elements left (F - chunk_start, a register stepped with chunk_start)
+        # from the elements left (F - chunk_start, a register stepped with chunk_start); both step
+        # there too, so the issue decision (``fire``) enables neither, nor ``released``
         remaining = Signal(32)
+        sum_offset = Signal(len(chunk_start) + 2)   # the chunk's first element x 4 (the sums' offset)
         chunk_len = Signal(16)          # elements in this chunk
         chunk_offset = Signal(len(chunk_start) + 2)
         chunk_bytes = Signal(16)
@@ -498,7 +500,7 @@ class FeatureAggregator(wiring.Component):
             m.d.sync += [stage.valid.eq(fire), stage.self.eq(issue_self), stage.group.eq(issue_group),
                          stage.offset.eq(chunk_offset),
                          stage.bytes.eq(chunk_bytes), stage.frees.eq(group_done), stage.first.eq(first_of_chunk),
-                         stage.sum_offset.eq(chunk_start << 2),
+                         stage.sum_offset.eq(sum_offset),
                          stage.work.self.eq(issue_self), stage.work.slot.eq(issue_e),
                          stage.work.load.eq(issue_j == 0), stage.work.bank.eq(issue_bank),
                          stage.work.bytes.eq(chunk_bytes),
@@ -512,7 +514,7 @@ class FeatureAggregator(wiring.Component):
                          request.base.eq(Mux(stage.self, self_row_read.data, sample_read.data)),
                          request.offset.eq(stage.offset), request.bytes.eq(stage.bytes)]
         with m.If(leaves & stage.frees):
-            m.d.sync += group_free[stage.group].eq(1)
+            m.d.sync += [group_free[stage.group].eq(1), released.eq(released + stage.chunk.k)]
         with m.FSM(name="issue"):
             with m.State("I_IDLE"):
                 with m.If(running & group_full[issue_group]):
@@ -524,20 +526,19 @@ class FeatureAggregator(wiring.Component):
                              chunk_fresh.eq(1)]
                 length = Mux(remaining < chunk_elements, remaining, chunk_elements)
                 m.d.sync += [chunk_len.eq(length), chunk_offset.eq(chunk_start << size_log2),
-                             chunk_bytes.eq(length << size_log2), last_chunk.eq(remaining <= chunk_elements)]
+                             sum_offset.eq(chunk_start << 2),
+                             chunk_bytes.eq(length << size_log2), last_chunk.eq(remaining <= chunk_elements),
+                             chunk_start.eq(chunk_start + chunk_elements), remaining.eq(remaining - chunk_elements)]
                 m.next = "I_ROWS"
             with m.State("I_ROWS"):
                 m.d.comb += issuing.eq(1)
                 with m.If(fire):
                     m.d.sync += chunk_fresh.eq(0)
                     with m.If(chunk_last):
-                        m.d.sync += [issue_bank.eq(~issue_bank), issue_j.eq(0),
-                                     chunk_start.eq(chunk_start + chunk_elements),
-                                     remaining.eq(remaining - chunk_elements)]
+                        m.d.sync += [issue_bank.eq(~issue_bank), issue_j.eq(0)]
                         restart_active()
                         with m.If(group_done):     # the group's last chunk
-                            m.d.sync += [group_full[issue_group].eq(0), issue_group.eq(~issue_group),
-                                         released.eq(released + k)]
+                            m.d.sync += [group_full[issue_group].eq(0), issue_group.eq(~issue_group)]
                             m.next = "I_IDLE"
                         with m.Else():
                             m.next = "I_CHUNK"

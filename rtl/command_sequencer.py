@@ -42,6 +42,7 @@ from .frontier_prefetcher import FrontierNode, IndptrPair
 from .image_header import IMAGE_WORDS, field_span
 from .job_dispatcher import node_job_layout
 from .kernel_block import KernelBlock, check_kernel_config
+from .node_list_collector import id_offset
 from .rng import MIX32_LATENCY, mix32_pipelined
 from .stream_buffer import StreamBuffer
 from .tagged_read_stream import ReadPortSignature
@@ -80,11 +81,12 @@ class CommandSequencer(KernelBlock):
     prefetch : ``Out(1)``; restart_prefetch : ``Out(1)``
         The hop's frontier is read (the prefetcher runs); a hop starts (from entry 0): high in the
         cycle after each cycle of HOP, a flip-flop (the prefetcher takes it while not running).
-    frontier_size, nodes_ptr, num_nodes, indptr_base, indices_base : ``Out(64)``
+    frontier_size, nodes_ptr, num_nodes, indptr_base : ``Out(64)``
     wide_ids : ``Out(1)``; hop_key : ``Out(32)``; fanout : ``Out(16)``
         What the prefetcher and the lanes need of the command and the hop.
     job : ``Out(stream.Signature(node_job_layout(config.max_fanout)))``
-        A job per node with edges, to the dispatcher. Its ``ready`` is looked at before the node's
+        A job per node with edges, to the dispatcher, with its first edge's storage address and its
+        place's device address. Its ``ready`` is looked at before the node's
         count is offered (both go in one cycle).
     jobs_waiting : ``In(1)``
         The dispatcher's queues hold jobs.
@@ -129,7 +131,7 @@ class CommandSequencer(KernelBlock):
             "nodes": In(stream.Signature(FrontierNode)), "pairs": In(stream.Signature(IndptrPair)),
             "prefetch": Out(1), "restart_prefetch": Out(1),
             "frontier_size": Out(64), "nodes_ptr": Out(ADDRESS_WIDTH), "num_nodes": Out(64),
-            "indptr_base": Out(ADDRESS_WIDTH), "indices_base": Out(ADDRESS_WIDTH),
+            "indptr_base": Out(ADDRESS_WIDTH),
             "wide_ids": Out(1), "hop_key": Out(32), "fanout": Out(16),
             "job": Out(stream.Signature(node_job_layout(config.max_fanout))), "jobs_waiting": In(1),
             "fields": Out(stream.Signature(AppendWord)),
@@ -305,6 +307,20 @@ class CommandSequencer(KernelBlock):
             m.d.sync += cycles.eq(cycles + 1)
         m.d.sync += storage_bytes.eq(storage_bytes + self.storage_read_beats * data_bytes)
 
+        # The next hop's registers move on in HOP_DRAIN's first cycle, enabled by a flip-flop set as
+        # HOP_WAIT ends (the lanes are idle, so nothing reads the hop, its key or its counts while the
+        # writes drain): with the move at the drain's end, the write combiner's and the memory
+        # reader's idle flags ran through the drain's decision into these ~330 enables (11.2 ns on
+        # the ECP5 proxy). HOP still waits the key's latency from the drain's end (``key_wait``), so
+        # it lasts more than one cycle: the prefetcher takes the restart a HOP cycle sets only while
+        # FRONTIER has not begun
+        hop_advance = Signal()
+        m.d.sync += hop_advance.eq(0)   # (HOP_WAIT sets it for one cycle)
+        with m.If(hop_advance):
+            m.d.sync += [counts_base.eq(counts_base + frontier_size), frontier_size.eq(written),
+                         hop.eq(hop + 1), last_hop.eq((hop + 1)[:len(hop)] == num_hops),
+                         last_size.eq(frontier_size), last_counts.eq(counts_base)]
+
         def to_finish():
             m.d.sync += finishing.eq(1)
             m.next = "FINISH"
@@ -377,7 +393,7 @@ class CommandSequencer(KernelBlock):
         # what the prefetcher and the lanes need of the command and the hop
         m.d.comb += [
             self.prefetch.eq(prefetching), self.frontier_size.eq(frontier_size), self.nodes_ptr.eq(nodes_ptr),
-            self.num_nodes.eq(num_nodes), self.indptr_base.eq(indptr_base), self.indices_base.eq(indices_base),
+            self.num_nodes.eq(num_nodes), self.indptr_base.eq(indptr_base),
             self.wide_ids.eq(wide_ids), self.hop_key.eq(hop_key), self.fanout.eq(fanout),
         ]
 
@@ -429,7 +445,8 @@ class CommandSequencer(KernelBlock):
         m.d.comb += [
             count.eq(pair.count),
             job_in.key.eq(entry.key), job_in.degree.eq(pair.degree[:32]), job_in.count.eq(count),
-            job_in.edge_start.eq(pair.start), job_in.base.eq(written),
+            job_in.edge_address.eq(indices_base + id_offset(wide_ids, pair.start)), job_in.base.eq(written),
+            job_in.node_address.eq(nodes_ptr + id_offset(wide_ids, written)),
         ]
         # FRONTIER's hand-off, outside the state machine (the state is ``prefetching``; the fails
         # are the state's, below): both heads there, usable, and room for the count. The count is
@@ -462,11 +479,14 @@ class CommandSequencer(KernelBlock):
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += self.idle.eq(1)
+                # the command's arguments follow the control block's registers in every IDLE cycle
+                # (loaded on ``start``, the control block's start decoded with the state enabled
+                # their 128 flip-flops)
+                m.d.sync += [image_base.eq(self.image), descriptor_base.eq(self.descriptor)]
                 with m.If(self.start):
                     m.d.comb += [self.ready.eq(1), sampler_reset.eq(1), self.clear_writes.eq(1),
                                  job_reset.eq(1)]
                     m.d.sync += [
-                        image_base.eq(self.image), descriptor_base.eq(self.descriptor),
                         *(counter.eq(0) for counter in desc_counters + image_counters),
                         status.eq(Status.OK), error_hop.eq(0),
                         error_index.eq(0), error_value.eq(0), result_valid.eq(0), cycles.eq(1),
@@ -527,17 +547,19 @@ class CommandSequencer(KernelBlock):
                 m.d.sync += check_bad.eq(self._check_flags[1])
                 m.next = "CHECK"
             with m.State("CHECK"):
+                # the first hop's registers load in the state's cycle whatever the checks say (a
+                # failed command reports no counts), so the checks' outcome enables none of them
+                m.d.sync += [
+                    indptr_base.eq(image_base + image("indptr")),
+                    indices_base.eq(image_base + image("indices")),
+                    written.eq(num_targets), nodes_room.eq(nodes_capacity - num_targets),
+                    frontier_size.eq(num_targets), counts_base.eq(0), hop.eq(0), last_hop.eq(num_hops == 0),
+                ]
                 for n, (_, code, field) in enumerate(checks):
                     with (m.If if n == 0 else m.Elif)(check_bad[n]):
                         value = 0 if code == Status.BAD_IMAGE else field_span(DESCRIPTOR_FIELDS, field)[0]
                         fail(code, value=value)
                 with m.Else():
-                    m.d.sync += [
-                        indptr_base.eq(image_base + image("indptr")),
-                        indices_base.eq(image_base + image("indices")),
-                        written.eq(num_targets), nodes_room.eq(nodes_capacity - num_targets),
-                        frontier_size.eq(num_targets), counts_base.eq(0), hop.eq(0), last_hop.eq(num_hops == 0),
-                    ]
                     m.next = "COMMAND_KEY"
             with m.State("COMMAND_KEY"):
                 with m.If(key_wait == 0):
@@ -553,8 +575,10 @@ class CommandSequencer(KernelBlock):
                 m.d.sync += self.restart_prefetch.eq(1)
                 m.d.sync += [frontier_index.eq(0), frontier_end.eq(frontier_size == 0),
                              count_address.eq(counts_ptr + (counts_base << 2))]
+                # |F_{L-1}| x F's operands load in every HOP cycle (the product is read only after
+                # the last hop's): the last hop's decision enables none of their 224 flip-flops
+                m.d.sync += [feature_bytes.eq(0), multiplicand.eq(last_size), multiplier.eq(feature_dim)]
                 with m.If(last_hop & aggregate):
-                    m.d.sync += [feature_bytes.eq(0), multiplicand.eq(last_size), multiplier.eq(feature_dim)]
                     m.next = "FEATURES_MULTIPLY"
                 with m.Elif(last_hop):
                     to_finish()
@@ -567,15 +591,14 @@ class CommandSequencer(KernelBlock):
                     m.next = "FRONTIER"
             with m.State("HOP_WAIT"):  # the edge streamer finishes the hop's last jobs
                 with m.If(self.streamers_idle & ~self.jobs_waiting):
+                    m.d.sync += hop_advance.eq(1)
                     m.next = "HOP_DRAIN"
                 abort_on_streamer_error()
 
             def next_hop():
                 # the next frontier is read back from the node list: every append must have landed
-                m.d.sync += [counts_base.eq(counts_base + frontier_size), frontier_size.eq(written),
-                             hop.eq(hop + 1), last_hop.eq((hop + 1)[:len(hop)] == num_hops),
-                             last_size.eq(frontier_size), last_counts.eq(counts_base),
-                             key_wait.eq(MIX32_LATENCY + 1)]
+                # (the hop's registers moved on in HOP_DRAIN's first cycle, above)
+                m.d.sync += key_wait.eq(MIX32_LATENCY + 1)
                 m.next = "HOP"
 
             drain_state("HOP_DRAIN", next_hop)

@@ -74,8 +74,6 @@ class EdgeStreamer(KernelBlock):
         Index reads on the lane's storage master; the tag is the ids each read brings.
     appends : ``Out(stream.Signature(AppendWord))``
         Node-list appends (the lane's write-combiner port).
-    indices_base, nodes_ptr : ``In(64)``
-        Storage address of the indices section, device address of the node list.
     wide_ids : ``In(1)``
         Node ids are u64 (else u32).
     fanout : ``In(16)``
@@ -105,7 +103,7 @@ class EdgeStreamer(KernelBlock):
             "job": In(stream.Signature(node_job_layout(config.max_fanout))),
             "reads": Out(ReadPortSignature(ids_tag_shape(config.data_width), config.data_width)),
             "appends": Out(stream.Signature(AppendWord)),
-            "indices_base": In(ADDRESS_WIDTH), "nodes_ptr": In(ADDRESS_WIDTH), "wide_ids": In(1), "fanout": In(16),
+            "wide_ids": In(1), "fanout": In(16),
             "abandon": In(1), "halt": In(1), "clear": In(1), "reset_samplers": In(1), "resume": In(1),
             "idle": Out(1), "failed": Out(1), "storage_error": Out(1), "storage_error_address": Out(ADDRESS_WIDTH),
         })
@@ -159,7 +157,8 @@ class EdgeStreamer(KernelBlock):
         # issuer, first half: take a job, start the sampler whose turn it is (d > k), queue a
         # ticket for the streaming half and the job's place for the collector (all in one cycle)
         job_layout = node_job_layout(cfg.max_fanout)
-        # a job's place in the node list as a device address (nodes_ptr + base x id size), computed at dispatch
+        # (a job brings its first edge's storage address and its place's device address: the
+        # sequencer works them out as it forms the job)
         collect_layout = node_list_collector_layout(cfg.max_fanout)
         ticket_layout = data.StructLayout({"sampler": range(SAMPLERS_PER_LANE), "dense": 1,
                                            "count": range(cfg.max_fanout + 1), "edge_address": 64})
@@ -175,8 +174,7 @@ class EdgeStreamer(KernelBlock):
         ticket = Signal(ticket_layout)
         collect_in = Signal(collect_layout)
         turn = Signal(range(SAMPLERS_PER_LANE))
-        # the job at the queue's head is staged: its first edge's storage address
-        # and its place's device address are worked out on the way in. The stage is a two-entry FIFO
+        # the job at the queue's head is staged. The stage is a two-entry FIFO
         # (LUT-RAM), so taking a job (``go``) moves pointers and enables no payload register
         # (a staged job in flip-flops, loaded when ``go``, put ~200 enables behind the decision: the
         # edge streamer's critical path on the ECP5 proxy); the samplers' node registers follow the
@@ -210,8 +208,7 @@ class EdgeStreamer(KernelBlock):
             go.eq(offer & (head_dense | (Cat(*(sampler.request.ready for sampler in samplers)) & turn_hot).any())),
             stage.r_en.eq(go),
             staged_in.key.eq(incoming.key), staged_in.degree.eq(incoming.degree), staged_in.count.eq(incoming.count),
-            staged_in.edge_address.eq(self.indices_base + id_offset(wide_ids, incoming.edge_start)),
-            staged_in.node_address.eq(self.nodes_ptr + id_offset(wide_ids, incoming.base)),
+            staged_in.edge_address.eq(incoming.edge_address), staged_in.node_address.eq(incoming.node_address),
             # it holds one job, as a register would (a second place only for the cycle the head
             # leaves): taking jobs ahead of the samplers unbalances the lanes (3,346 cycles instead of
             # 3,321 in the cycle-count test with a job taken into the second place)

@@ -221,9 +221,11 @@ class FrontierPrefetcher(KernelBlock):
             next_word = answer.data
         whole = port_a.answer_tag
         paired = Signal()
+        # (both degrees are subtracted and one picked by the tag: the tag, read from the engine's
+        # LUT-RAM tags FIFO, no longer selects the operands of a 64-bit carry chain)
         m.d.comb += [pair_in.start.eq(Mux(whole, answer.data, first_half.data)),
                      pair_in.end.eq(Mux(whole, next_word, answer.data)),
-                     pair_in.degree.eq(pair_in.end - pair_in.start),
+                     pair_in.degree.eq(Mux(whole, next_word - answer.data, answer.data - first_half.data)),
                      pair_in.error.eq(Mux(whole, answer.error, first_half.error | answer.error)),
                      pair_in.address.eq(Mux(~whole & first_half.error, first_half.address, answer.address))]
         with m.If(prefetching):

@@ -245,7 +245,6 @@ class SamplerKernel(wiring.Component):
             # (each combiner port starts with a two-entry buffer of its own)
             wiring.connect(m, streamer.appends, combiner.fields[lane])
             m.d.comb += [
-                streamer.indices_base.eq(sequencer.indices_base), streamer.nodes_ptr.eq(sequencer.nodes_ptr),
                 streamer.wide_ids.eq(sequencer.wide_ids), streamer.fanout.eq(sequencer.fanout),
                 streamer.abandon.eq(sequencer.abandon), streamer.halt.eq(streamers_failed),
                 streamer.clear.eq(sequencer.clear_jobs), streamer.reset_samplers.eq(sequencer.reset_samplers),

@@ -231,15 +231,14 @@ def test_edge_streamer_reads_the_golden_positions(config_name, wide, stall):
     requests, ar_addresses, appended = [], [], []
 
     async def jobs_in(ctx):
-        ctx.set(streamer.indices_base, indices_base)
-        ctx.set(streamer.nodes_ptr, nodes_ptr)
         ctx.set(streamer.wide_ids, wide)
         ctx.set(streamer.fanout, k)
         for key, degree, edge_start, job_base in jobs:
             while rng.random() < stall:
                 await ctx.tick()
             ctx.set(streamer.job.payload, {"key": key, "degree": degree, "count": min(degree, k),
-                                           "edge_start": edge_start, "base": job_base})
+                                           "edge_address": indices_base + edge_start * size, "base": job_base,
+                                           "node_address": nodes_ptr + job_base * size})
             ctx.set(streamer.job.valid, 1)
             await ctx.tick().until(streamer.job.ready)
             ctx.set(streamer.job.valid, 0)
@@ -351,11 +350,10 @@ def test_edge_streamer_stops_on_a_read_error():
     appended, errors = [], []
 
     async def bench(ctx):
-        ctx.set(streamer.indices_base, bad - 8)
-        ctx.set(streamer.nodes_ptr, 0x10000)
         ctx.set(streamer.fanout, 16)
         # d <= k: ids at bad - 8, bad - 4 (answered), then bad, bad + 4 (the error beat)
-        ctx.set(streamer.job.payload, {"key": 1, "degree": 4, "count": 4, "edge_start": 0, "base": 0})
+        ctx.set(streamer.job.payload, {"key": 1, "degree": 4, "count": 4, "edge_address": bad - 8, "base": 0,
+                                       "node_address": 0x10000})
         ctx.set(streamer.job.valid, 1)
         await ctx.tick().until(streamer.job.ready)
         ctx.set(streamer.job.valid, 0)
@@ -478,8 +476,8 @@ def test_job_dispatcher_round_robin_and_backpressure(lanes):
     seed = _seed()
     rng = random.Random(seed)
     dut = JobDispatcher(lanes, 16)
-    jobs = [{"key": n, "degree": rng.randint(1, 100), "count": rng.randint(1, 16), "edge_start": rng.getrandbits(20),
-             "base": n} for n in range(200)]
+    jobs = [{"key": n, "degree": rng.randint(1, 100), "count": rng.randint(1, 16), "edge_address": rng.getrandbits(20),
+             "base": n, "node_address": rng.getrandbits(20)} for n in range(200)]
     received = [[] for _ in range(lanes)]
     expected = [[] for _ in range(lanes)]
     blocked = {"cycles": 0}
@@ -610,7 +608,7 @@ def _run_sequencer(descriptor: bytes, header: dict[int, int], frontier_degrees, 
             ctx.set(dut.job.ready, rng.random() > 0.3)
             _, _, valid, ready, job = await ctx.tick().sample(dut.job.valid, dut.job.ready, dut.job.payload)
             if valid and ready:
-                jobs.append((job.key, job.degree, job.count, job.edge_start, job.base))
+                jobs.append((job.key, job.degree, job.count, job.edge_address, job.base, job.node_address))
 
     async def bench(ctx):
         for name, value in (("writes_idle", 1), ("reads_idle", 1), ("streamers_idle", 1)):
@@ -643,6 +641,13 @@ def _result(fields: dict[int, int], result_ptr: int) -> ResultHeader:
     return ResultHeader.unpack(b"".join(fields[result_ptr + 8 * i].to_bytes(8, "little") for i in range(8)))
 
 
+def _job(key, degree, count, edge_start, base):
+    """A job of :func:`_run_sequencer`'s command as the sequencer forms it: its first edge's storage
+    address (the image at 0x10_0000, indices at 0x9000, u32 ids) and its place's device address
+    (the node list at 0x1000)."""
+    return key, degree, count, 0x10_9000 + 4 * edge_start, base, 0x1000 + 4 * base
+
+
 def test_command_sequencer_one_hop():
     """A one-hop command over three targets of degrees 2, 0 and 9 (k = 4): the descriptor and the
     image header read word by word, the hop key, the counts written in frontier order, a job per
@@ -657,7 +662,7 @@ def test_command_sequencer_one_hop():
     assert header_reads == [0x10_0000 + offset for offset in IMAGE_WORDS.values()]
     assert hop_keys == [spec_rng.hop_key(spec_rng.command_key(command_seed), 0)]
     assert [fields[0x2000 + 4 * i] for i in range(3)] == [2, 0, 4]
-    assert jobs == [(1000, 2, 2, 0, 3), (1002, 9, 4, 20, 5)]
+    assert jobs == [_job(1000, 2, 2, 0, 3), _job(1002, 9, 4, 20, 5)]
     result = _result(fields, 0x3000)
     assert (result.status, result.nodes_written, result.counts_written, result.edges_sampled) == (Status.OK, 9, 3, 6)
     assert result.storage_bytes == 0 and result.cycles > 0
@@ -677,10 +682,10 @@ def test_command_sequencer_tight_node_list(capacity):
     fields, jobs, _, _, _ = _run_sequencer(descriptor, _header_words(300), [2, 0, 9], seed)
     result = _result(fields, 0x3000)
     if capacity == 9:
-        assert jobs == [(1000, 2, 2, 0, 3), (1002, 9, 4, 20, 5)]
+        assert jobs == [_job(1000, 2, 2, 0, 3), _job(1002, 9, 4, 20, 5)]
         assert (result.status, result.nodes_written) == (Status.OK, 9)
     else:
-        assert jobs == [(1000, 2, 2, 0, 3)]
+        assert jobs == [_job(1000, 2, 2, 0, 3)]
         assert (result.status, result.error_index, result.error_value) == (Status.NODES_CAPACITY, 2, 9)
 
 

@@ -22,7 +22,7 @@ The engines' part (no strobed byte outside the window every request was inside) 
   ``[counts_ptr, counts_ptr + 4 counts_capacity)`` or a u64 word inside
   ``[result_ptr, result_ptr + 64)``, naturally aligned;
 - every job it offers has ``count >= 1`` and ``base + count <= nodes_capacity`` (its slots lie in
-  the node list);
+  the node list), and its place's device address is ``nodes_ptr + base x id size``;
 - the node-list pointer it hands the lanes and the prefetcher, and the node-list, self and sum
   pointers it hands the aggregator, are the latched ones.
 
@@ -38,8 +38,9 @@ descriptor reads, the header reads, two RNG key latencies).
 Not covered (the rest of the kernel's part, each argued, not proved):
 
 - the lanes' appends: proved of each lane's collector by :mod:`.lane_appends` (every append in its
-  job's slots, given jobs as this module proves them); the edge streamer turns a job's ``base`` into
-  its place ``nodes_ptr + base x id size`` in one assignment on the way in (argued);
+  job's slots, given jobs as this module proves them, each job's place ``nodes_ptr + base x id
+  size`` proved here with the job, ``job_address``); the edge streamer passes it to its collector
+  unchanged (argued);
 - the kernel's wiring (``sequencer.nodes_ptr`` / ``wide_ids`` to every lane, jobs through the
   dispatcher unchanged: kernel.py);
 - the aggregator's row addresses (its rows lie in ``self[0..entries)`` / ``sum[0..entries)`` by
@@ -63,6 +64,7 @@ from smartsage.spec.descriptor import DESCRIPTOR_FIELDS, DESCRIPTOR_SIZE
 
 from ..command_sequencer import CommandSequencer, OutputBuffers
 from ..image_header import field_span
+from ..node_list_collector import id_offset
 from ..rng import MIX32_LATENCY
 from .common import Harness, Queue, drive_inputs
 
@@ -240,6 +242,9 @@ class SequencerWritesHarness(PartsHarness):
             "aggregate_pointers": ((parameters.nodes_ptr == b.nodes_ptr) & (parameters.self_ptr == b.self_ptr)
                                    & (parameters.sum_ptr == b.sum_ptr)),
             "job_slots": ~dut.job.valid | ((job.count != 0) & (job.base + job.count <= b.nodes_capacity)),
+            # the job's place as a device address, which the lane's collector writes at
+            "job_address": ~dut.job.valid | (
+                job.node_address == (b.nodes_ptr + id_offset(dut.wide_ids, job.base))[:64]),
             "field_windows": ~dut.fields.valid | count_inside | result_inside,
         }
         assert tuple(properties) == PART_ORDER
@@ -250,7 +255,7 @@ class SequencerWritesHarness(PartsHarness):
 #: The order of the sequencer_writes parts (see :func:`ordered_parts`): invariants, then port properties.
 PART_ORDER = ("fetch_flags", "last_hop", "checks_registered", "counts_ptr_aligned", "result_ptr_aligned",
               "frontier_end", "counts_end", "counts_range", "nodes_room", "room_checks", "count_address", "nodes_ptr",
-              "aggregate_pointers", "job_slots", "field_windows")
+              "aggregate_pointers", "job_slots", "job_address", "field_windows")
 
 
 def ordered_parts(m: Module, properties: list, part: int | None):

@@ -10,9 +10,9 @@ Assumed, as the edge streamer and the sequencer provide them:
 - a job at the head of ``jobs`` stays there, unchanged, until the collector takes it or ``clear``
   empties the queue (``jobs`` is the streamer's collects FIFO, reset with ``clear``);
 - a job's place is ``nodes_ptr + base x id size`` with ``count >= 1`` and ``base + count <=
-  nodes_capacity`` (what ``sequencer_writes`` proves of every job the sequencer offers; the
-  dispatcher passes jobs on unchanged and the streamer computes the address on the way in:
-  argued, see docs/synthesis.md);
+  nodes_capacity`` (what ``sequencer_writes`` proves of every job the sequencer offers, the
+  address with it; the dispatcher and the streamer pass jobs on unchanged: argued, see
+  docs/synthesis.md);
 - ``wide_ids`` changes only in a cycle after one with no job at the head (the sequencer latches it
   from the image header before the hop's first job), ``nodes_ptr`` and ``nodes_capacity`` are a
   command's constants, and the node list does not wrap around the 64-bit address space.

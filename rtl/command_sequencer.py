@@ -177,6 +177,11 @@ class CommandSequencer(KernelBlock):
         # it put the state's LUTs in front of the read engines' answers across the kernel)
         aggregating = Signal()
         m.d.comb += self.aggregating.eq(aggregating)
+        # the aggregator's start, high in AGGREGATE's one cycle: a flip-flop set on the way in (the
+        # state decoded in LUTs reached the aggregator's loads and clears across the chip)
+        aggregate_start = Signal()
+        m.d.sync += aggregate_start.eq(0)
+        m.d.comb += self.aggregate_start.eq(aggregate_start)
         m.d.comb += [drain_storage.eq(finishing), self.flush_writes.eq(finishing)]
 
         m.d.sync += self.restart_prefetch.eq(0)   # (set in HOP, below)
@@ -482,17 +487,20 @@ class CommandSequencer(KernelBlock):
                 # the command's arguments follow the control block's registers in every IDLE cycle
                 # (loaded on ``start``, the control block's start decoded with the state enabled
                 # their 128 flip-flops)
-                m.d.sync += [image_base.eq(self.image), descriptor_base.eq(self.descriptor)]
+                # and so do the command's counters and its result (read only in later states; the
+                # previous command's result header landed before DONE): ``start`` enables the two
+                # flags below only, not ~600 flip-flops
+                m.d.sync += [
+                    image_base.eq(self.image), descriptor_base.eq(self.descriptor),
+                    *(counter.eq(0) for counter in desc_counters + image_counters),
+                    status.eq(Status.OK), error_hop.eq(0),
+                    error_index.eq(0), error_value.eq(0), result_valid.eq(0), cycles.eq(1),
+                    storage_bytes.eq(0), written.eq(0), counts_base.eq(0),
+                ]
                 with m.If(self.start):
                     m.d.comb += [self.ready.eq(1), sampler_reset.eq(1), self.clear_writes.eq(1),
                                  job_reset.eq(1)]
-                    m.d.sync += [
-                        *(counter.eq(0) for counter in desc_counters + image_counters),
-                        status.eq(Status.OK), error_hop.eq(0),
-                        error_index.eq(0), error_value.eq(0), result_valid.eq(0), cycles.eq(1),
-                        storage_bytes.eq(0), busy.eq(1), written.eq(0), counts_base.eq(0),
-                        fetching_descriptor.eq(1),
-                    ]
+                    m.d.sync += [busy.eq(1), fetching_descriptor.eq(1)]
                     m.next = "DESCRIPTOR"
 
             # ---- fetch the descriptor (device memory), then the image header words (storage)
@@ -641,10 +649,9 @@ class CommandSequencer(KernelBlock):
                 with m.Elif(sum_over):
                     fail(Status.FEATURES_CAPACITY, index_value=1, value=sum_bytes)
                 with m.Else():
-                    m.d.sync += aggregating.eq(1)
+                    m.d.sync += [aggregating.eq(1), aggregate_start.eq(1)]
                     m.next = "AGGREGATE"
-            with m.State("AGGREGATE"):
-                m.d.comb += self.aggregate_start.eq(1)
+            with m.State("AGGREGATE"):     # (``aggregate_start`` is high in this state's cycle)
                 m.next = "AGGREGATE_WAIT"
             with m.State("AGGREGATE_WAIT"):
                 with m.If(~self.aggregator_busy):

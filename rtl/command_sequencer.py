@@ -39,6 +39,7 @@ from .axi import ADDRESS_WIDTH
 from .compare import below
 from .feature_aggregator import AggregateParameters
 from .frontier_prefetcher import FrontierNode, IndptrPair
+from .fsm_encoding import encode_states
 from .image_header import IMAGE_WORDS, field_span
 from .job_dispatcher import node_job_layout
 from .kernel_block import KernelBlock, check_kernel_config
@@ -481,7 +482,7 @@ class CommandSequencer(KernelBlock):
                 m.d.comb += [nodes_in.ready.eq(1), pairs_in.ready.eq(1), take.eq(1)]
 
         captures = []   # (fetching, reader, answered, capture) of each read_words state, wired after the FSM
-        with m.FSM():
+        with m.FSM() as fsm:
             with m.State("IDLE"):
                 m.d.comb += self.idle.eq(1)
                 # the command's arguments follow the control block's registers in every IDLE cycle
@@ -711,6 +712,7 @@ class CommandSequencer(KernelBlock):
                 m.d.comb += self.done.eq(1)
                 m.d.sync += busy.eq(0)
                 m.next = "IDLE"
+        encode_states(fsm, platform)   # (one-hot on the ECP5 proxy)
 
         # the fetched words land in their registers while their state's flag is set
         for fetching, reader, answered, capture in captures:

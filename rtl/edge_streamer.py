@@ -31,6 +31,7 @@ from amaranth.lib.wiring import In, Out
 from smartsage.spec.config import KernelConfig
 
 from .axi import ADDRESS_WIDTH
+from .fsm_encoding import encode_states
 from .job_dispatcher import node_job_layout
 from .kernel_block import KernelBlock, check_kernel_config
 from .node_list_collector import NodeListCollector, answer_layout, id_offset
@@ -253,7 +254,7 @@ class EdgeStreamer(KernelBlock):
             return Mux(wide_ids, (data_bytes - address[:beat_log2]) >> 3, (data_bytes - address[:beat_log2]) >> 2)
         step = Mux(ticket.dense, dense_ids, 1)
         loaded = ticket_layout(tickets.r_data)
-        with m.FSM(name="issuer"):
+        with m.FSM(name="issuer") as fsm:
             with m.State("I_IDLE"):
                 m.d.comb += issuer_idle.eq(~tickets.r_rdy)
                 with m.If(tickets.r_rdy & ~finishing & ~stopped):
@@ -287,6 +288,7 @@ class EdgeStreamer(KernelBlock):
                             m.next = "I_IDLE"
                 with m.If(finishing | stopped):
                     m.next = "I_IDLE"
+        encode_states(fsm, platform)   # (one-hot on the ECP5 proxy)
 
         # the answers leave the read channel at once (a beat FIFO), so an answer that holds several
         # ids never stops the reads behind it
@@ -306,10 +308,16 @@ class EdgeStreamer(KernelBlock):
         m.d.comb += [answer_head.i.valid.eq(answers.r_rdy), answer_head.i.payload.eq(answers.r_data),
                      answers.r_en.eq(answer_head.i.ready)]
         wiring.connect(m, answer_head.o, collector.answers)
+        # and the job at the head of its queue likewise (the job's address from the FIFO's LUT-RAM
+        # ran through the append's address into the write combiner port's beat compares: 12.1 ns on
+        # the ECP5 proxy; a job waits in the queue for its ids' storage round trip, so the buffer's
+        # cycle is hidden)
+        m.submodules.collect_head = collect_head = ResetInserter(job_reset)(StreamBuffer(collect_layout))
+        m.d.comb += [collect_head.i.valid.eq(collects.r_rdy), collect_head.i.payload.eq(collects.r_data),
+                     collects.r_en.eq(collect_head.i.ready)]
+        wiring.connect(m, collect_head.o, collector.jobs)
         # the collector's wiring
         m.d.comb += [
-            collector.jobs.valid.eq(collects.r_rdy), collector.jobs.payload.eq(collects.r_data),
-            collects.r_en.eq(collector.jobs.ready),
             collector.wide_ids.eq(wide_ids), collector.abandon.eq(finishing), collector.clear.eq(job_reset),
             collector.resume.eq(self.resume),
             self.storage_error.eq(collector.storage_error),
@@ -317,6 +325,7 @@ class EdgeStreamer(KernelBlock):
         ]
         wiring.connect(m, wiring.flipped(appends), collector.appends)
         m.d.comb += [self.idle.eq(issuer_idle & ~jobs.valid & ~staged_valid & (pending == 0)
-                                  & (collector.failed | (collector.idle & answer_head.idle & ~answers.r_rdy))),
+                                  & (collector.failed | (collector.idle & answer_head.idle & ~answers.r_rdy
+                                                         & collect_head.idle & ~collects.r_rdy))),
                      self.failed.eq(collector.failed)]
         return m

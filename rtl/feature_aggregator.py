@@ -64,6 +64,7 @@ from .burst_reader import BurstReader, beat_layout
 from .compare import at_most
 from .float_widen import widen_to_fp32
 from .fp32_adder import DEFAULT_LATENCY, Fp32Adder
+from .fsm_encoding import encode_states
 from .multiply import multiply_add_latency, multiply_add_low
 from .read_stream import ReadStream
 from .row_unpacker import RowUnpacker, unit_layout
@@ -267,7 +268,7 @@ class FeatureAggregator(wiring.Component):
         load_e = Signal(range(SLOTS + 1))
         load_j = Signal(range(max_fanout + 1))
         load_count = Signal(range(max_fanout + 1))     # the count of entry load_e (L_SAMPLES)
-        with m.FSM(name="load_issue"):
+        with m.FSM(name="load_issue") as fsm:
             with m.State("L_IDLE"):
                 with m.If(running & ~draining & (load_left != 0) & group_free[load_group]):
                     m.d.sync += [load_k.eq(_at_most_slots(load_left)), load_e.eq(0),
@@ -309,6 +310,7 @@ class FeatureAggregator(wiring.Component):
                         with m.If(load_j == load_count - 1):
                             m.d.sync += [load_e.eq(load_e + 1), load_j.eq(0)]
                             m.next = "L_ENTRY"
+        encode_states(fsm, platform)   # (one-hot on the ECP5 proxy)
 
         # ---- loader, answer side: the same order
         take_left = Signal(64)          # entries whose ids are still to be taken
@@ -345,7 +347,7 @@ class FeatureAggregator(wiring.Component):
                      self_row_write.en.eq(row_out.valid & row_out.self)]
         with m.If(self.start & ~running):
             m.d.sync += [stage.valid.eq(0) for stage in row_pipe]
-        with m.FSM(name="load_take"):
+        with m.FSM(name="load_take") as fsm:
             with m.State("T_IDLE"):
                 with m.If(running & (take_left != 0)):
                     m.d.sync += [take_k.eq(_at_most_slots(take_left)), take_e.eq(0),
@@ -392,6 +394,7 @@ class FeatureAggregator(wiring.Component):
                         with m.If(take_j == take_count - 1):
                             m.d.sync += [take_e.eq(take_e + 1), take_j.eq(0)]
                             m.next = "T_ENTRY"
+        encode_states(fsm, platform)   # (one-hot on the ECP5 proxy)
         with m.If(ids.response.valid & word.error):
             fail(word.address)
         with m.If(draining):
@@ -515,7 +518,7 @@ class FeatureAggregator(wiring.Component):
                          request.offset.eq(stage.offset), request.bytes.eq(stage.bytes)]
         with m.If(leaves & stage.frees):
             m.d.sync += [group_free[stage.group].eq(1), released.eq(released + stage.chunk.k)]
-        with m.FSM(name="issue"):
+        with m.FSM(name="issue") as fsm:
             with m.State("I_IDLE"):
                 with m.If(running & group_full[issue_group]):
                     m.d.sync += [chunk_start.eq(0), remaining.eq(p.feature_dim), issue_j.eq(0)]
@@ -551,6 +554,7 @@ class FeatureAggregator(wiring.Component):
                                      now_bits.eq(next_bits), next_bits.eq(active_for(issue_j + 2))]
                     with m.Else():
                         m.d.sync += [issue_self.eq(1), issue_e.eq(0)]
+        encode_states(fsm, platform)   # (one-hot on the ECP5 proxy)
 
         # ---- consumer, stage 0: a unit and its work record
         unit = units.payload
@@ -686,7 +690,7 @@ class FeatureAggregator(wiring.Component):
                      sum_read.en.eq(advance)]
         with m.If(out_valid & sum_ready):
             m.d.sync += out_valid.eq(0)
-        with m.FSM(name="sums"):
+        with m.FSM(name="sums") as fsm:
             with m.State("S_IDLE"):
                 with m.If((finished_chunks != 0) & ~draining):
                     m.d.comb += [chunks.r_en.eq(1), starting.eq(1)]
@@ -713,6 +717,7 @@ class FeatureAggregator(wiring.Component):
                                      entry_dest.eq(entry_dest + (p.feature_dim << 2))]
                     with m.Else():
                         m.d.sync += sum_b.eq(sum_b + 1)
+        encode_states(fsm, platform)   # (one-hot on the ECP5 proxy)
         m.d.comb += [sum_piece.data.eq(Mux(out_zero, 0, sum_read.data)), sum_piece.nbytes.eq(out_meta.nbytes),
                      sum_piece.address.eq(out_meta.address), sum_piece.flush.eq(out_meta.flush),
                      sum_valid.eq(out_valid & ~draining)]

@@ -23,7 +23,13 @@ class RegisteredMultipliers:
     (AREG/BREG, MREG or PREG). Yosys 0.23's ``synth_ecp5`` does not absorb registers into an ECP5
     ``MULT18X18D``, so the ECP5 timing proxy elaborates with ``RegisteredMultipliers("ecp5")``: the
     same two stages as one ``MULT18X18D`` instance with its input and output registers on (one
-    clock enable, as the plain form's). Same function, same latency."""
+    clock enable, as the plain form's). Same function, same latency.
+
+    It also asks for one-hot state machines (``fsm_encoding``, :mod:`~smartsage.rtl.fsm_encoding`),
+    which Yosys does only when told and Vivado does by itself."""
+
+    #: The state encoding Yosys gives the blocks' FSMs (``fsm_encoding`` attribute).
+    fsm_encoding = "one-hot"
 
     def __init__(self, family: str):
         if family != "ecp5":

@@ -145,3 +145,23 @@ def test_one_storage_read_master_per_lane():
     masters = {p.get("name"): p for p in ET.fromstring(kx.kernel_xml(config)).find("kernel").find("ports")}
     assert set(storage_master_names(config)) | {"m_axi_mem"} <= set(masters)
     assert int(masters["m_axi_lane3"].get("dataWidth")) == config.data_width
+
+
+def test_state_machines_are_one_hot_on_the_timing_proxy_only(exported):
+    """The ECP5 proxy's platform marks every FSM's state register ``fsm_encoding = "one-hot"`` (Yosys
+    re-encodes only marked registers; Vivado chooses by itself), and the exported Verilog carries no
+    such attribute."""
+    import re
+
+    from amaranth.back import verilog
+
+    from smartsage.rtl.multiply import RegisteredMultipliers
+
+    module, ports = synth.timing_harness(CONFIG)
+    proxy = verilog.convert(module, name="timing_harness", ports=ports, platform=RegisteredMultipliers("ecp5"),
+                            emit_src=False, strip_internal_attrs=True)
+    marked = re.findall(r'\(\* fsm_encoding = "one-hot" \*\)\s*reg (?:\[\d+:0\] )?(\w+)', proxy)
+    # the sequencer's, a lane's issuer and the aggregator's four (one lane in ``small``)
+    assert sorted(marked) == sorted(["fsm_state", "issuer_state", "load_issue_state", "load_take_state",
+                                     "issue_state", "sums_state"]), marked
+    assert "fsm_encoding" not in exported["verilog"].read_text()

@@ -31,6 +31,7 @@ from amaranth.lib.wiring import In, Out
 from smartsage.spec.config import KernelConfig
 
 from .axi import ADDRESS_WIDTH
+from .free_slot_fifo import FreeSlotFIFO
 from .fsm_encoding import encode_states
 from .job_dispatcher import node_job_layout
 from .kernel_block import KernelBlock, check_kernel_config
@@ -166,23 +167,25 @@ class EdgeStreamer(KernelBlock):
         # a ticket per sampler: a sampled job's draws start when its ticket is queued, so every sampler
         # can fill its pipeline while the tickets ahead of it stream
         # (each FIFO a place deeper than it needs: its room is a flag registered a cycle before, one
-        # place short, below)
-        tickets = SyncFIFO(width=ticket_layout.size, depth=SAMPLERS_PER_LANE + 1)
+        # place short, below; each is written in every cycle at its free slot, so ``go`` moves its
+        # pointers and reaches none of its LUT-RAM cells)
+        tickets = FreeSlotFIFO(width=ticket_layout.size, depth=SAMPLERS_PER_LANE + 1)
         m.submodules.tickets = ResetInserter(job_reset)(tickets)
-        collects = SyncFIFO(width=collect_layout.size, depth=cfg.outstanding_reads + 1)
+        collects = FreeSlotFIFO(width=collect_layout.size, depth=cfg.outstanding_reads + 1)
         m.submodules.collects = ResetInserter(job_reset)(collects)
         ticket_in = Signal(ticket_layout)
         ticket = Signal(ticket_layout)
         collect_in = Signal(collect_layout)
         turn = Signal(range(SAMPLERS_PER_LANE))
         # the job at the queue's head is staged. The stage is a two-entry FIFO
-        # (LUT-RAM), so taking a job (``go``) moves pointers and enables no payload register
+        # (LUT-RAM written at its free slot in every cycle), so taking a job (``go``) moves pointers
+        # and enables no payload register or RAM cell
         # (a staged job in flip-flops, loaded when ``go``, put ~200 enables behind the decision: the
         # edge streamer's critical path on the ECP5 proxy); the samplers' node registers follow the
         # head while they are idle.
         staged_layout = data.StructLayout({"key": 32, "degree": 32, "count": range(cfg.max_fanout + 1),
                                            "edge_address": 64, "node_address": 64})
-        stage = SyncFIFO(width=staged_layout.size, depth=2)
+        stage = FreeSlotFIFO(width=staged_layout.size, depth=2)
         m.submodules.stage = ResetInserter(job_reset)(stage)
         staged = staged_layout(stage.r_data)
         staged_in = Signal(staged_layout)

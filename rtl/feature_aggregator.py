@@ -51,7 +51,6 @@ from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
-from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -64,6 +63,7 @@ from .burst_reader import BurstReader, beat_layout
 from .compare import at_most
 from .float_widen import widen_to_fp32
 from .fp32_adder import DEFAULT_LATENCY, Fp32Adder
+from .free_slot_fifo import FreeSlotFIFO
 from .fsm_encoding import encode_states
 from .multiply import multiply_add_latency, multiply_add_low
 from .read_stream import ReadStream
@@ -407,8 +407,8 @@ class FeatureAggregator(wiring.Component):
         # issued, so the sum writer's beat loop compares registers only)
         chunk_layout = data.StructLayout({"bank": 1, "sum_dest": 64, "k": range(SLOTS + 1), "empty": SLOTS,
                                           "last_beat": beat_bits, "last_bytes": range(4 * lanes + 1)})
-        m.submodules.work = work = SyncFIFO(width=work_layout.size, depth=cfg.outstanding_reads + 1)
-        m.submodules.chunks = chunks = SyncFIFO(width=chunk_layout.size, depth=9)
+        m.submodules.work = work = FreeSlotFIFO(width=work_layout.size, depth=cfg.outstanding_reads + 1)
+        m.submodules.chunks = chunks = FreeSlotFIFO(width=chunk_layout.size, depth=9)
         work_in = Signal(work_layout)
         chunk_in = Signal(chunk_layout)
         m.d.comb += [work.w_data.eq(work_in), chunks.w_data.eq(chunk_in)]

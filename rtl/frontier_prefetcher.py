@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Module, Mux, ResetInserter, Signal
 from amaranth.lib import data, stream
-from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from smartsage.spec import rng as spec_rng
@@ -20,6 +19,7 @@ from smartsage.spec.config import KernelConfig
 
 from .axi import ADDRESS_WIDTH
 from .compare import below
+from .free_slot_fifo import FreeSlotFIFO
 from .kernel_block import KernelBlock, check_kernel_config
 from .node_list_collector import id_offset
 from .read_stream import StreamWord
@@ -127,9 +127,9 @@ class FrontierPrefetcher(KernelBlock):
         # of the in-range ones, both in frontier order. Up to ``ahead`` nodes are in flight.
         ahead = nodes_ahead(cfg)
         node_ahead_layout = data.StructLayout({"node": 64, "in_range": 1, "error": 1, "address": 64})
-        nodes_ahead_fifo = SyncFIFO(width=node_ahead_layout.size, depth=ahead)
+        nodes_ahead_fifo = FreeSlotFIFO(width=node_ahead_layout.size, depth=ahead)
         m.submodules.nodes_ahead = ResetInserter(job_reset)(nodes_ahead_fifo)
-        indptr_pairs = SyncFIFO(width=IndptrPair.size, depth=ahead)
+        indptr_pairs = FreeSlotFIFO(width=IndptrPair.size, depth=ahead)
         m.submodules.indptr_pairs = ResetInserter(job_reset)(indptr_pairs)
         pairs_reserved = Signal(range(ahead + 1))
         prefetch_node = Signal(64)
@@ -141,7 +141,7 @@ class FrontierPrefetcher(KernelBlock):
         # every id taken gets its key H_v from a free-running pipeline (the id registered, two mix32
         # rounds) into ``node_keys``, in frontier order beside ``nodes_ahead``; ids taken and not yet
         # dispatched are at most ``ahead + 1`` (stage 1 and nodes_ahead), so the FIFO never overflows
-        node_keys = SyncFIFO(width=32, depth=ahead + 2)
+        node_keys = FreeSlotFIFO(width=32, depth=ahead + 2)
         m.submodules.node_keys = ResetInserter(job_reset)(node_keys)
         key_id = Signal(64)
         key_valid = Signal(2 * MIX32_LATENCY + 1)   # a valid bit per stage

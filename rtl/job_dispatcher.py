@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Module, ResetInserter, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
+from .free_slot_fifo import FreeSlotFIFO
 from .stream_buffer import StreamBuffer
 
 __all__ = ["JobDispatcher", "JOBS_PER_LANE", "node_job_layout"]
@@ -84,7 +84,7 @@ class JobDispatcher(wiring.Component):
         job = intake.o
         queues = []
         for lane in range(lanes):
-            queue = SyncFIFO(width=layout.size, depth=JOBS_PER_LANE)
+            queue = FreeSlotFIFO(width=layout.size, depth=JOBS_PER_LANE)
             m.submodules[f"jobs{lane}"] = ResetInserter(self.clear)(queue)
             m.d.comb += queue.w_data.eq(job.payload)
             queues.append(queue)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from smartsage.spec import rng as spec_rng
 from smartsage.spec.descriptor import SPEC_MAX_FANOUT
 
+from .free_slot_fifo import FreeSlotFIFO
 from .rng import (
     MIX32_LATENCY,
     MULTIPLY_LATENCY,
@@ -83,7 +83,7 @@ class PositionSampler(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.threshold = threshold = RejectionThreshold()
-        m.submodules.out = out = SyncFIFO(width=32, depth=POSITION_BUFFER)
+        m.submodules.out = out = FreeSlotFIFO(width=32, depth=POSITION_BUFFER)
 
         # The node's registers are reset-less: they follow the request while the sampler is not busy
         # (so in the cycle after any reset) and are read only while it is; the samplers' reset (a lane's

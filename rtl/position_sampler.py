@@ -88,10 +88,12 @@ class PositionSampler(wiring.Component):
         # The node's registers are reset-less: they follow the request while the sampler is not busy
         # (so in the cycle after any reset) and are read only while it is; the samplers' reset (a lane's
         # flip-flop, set by the kernel's reset or the sequencer's ``reset_samplers``) so reaches the control
-        # flags only, not ~700 flip-flops per sampler (on the ECP5 proxy that net, into ``last_j``,
+        # flags only, not ~700 flip-flops per sampler (on the ECP5 proxy that net, into the registers,
         # was an 11.8 ns path of the whole kernel)
         key = Signal(32, reset_less=True)
-        last_j = Signal(32, reset_less=True)     # degree - 1
+        # positions still to list (d <= k): loaded with d itself, not d - 1, so no subtraction sits
+        # between the lane's job stage (a LUT-RAM read) and these registers (11.2 ns on the proxy)
+        to_list = Signal(32, reset_less=True)
         degree = Signal(32, reset_less=True)
         sequential = Signal(32, reset_less=True)
         busy = Signal()
@@ -198,15 +200,15 @@ class PositionSampler(wiring.Component):
         req = self.request.payload
         with m.If(~busy):
             m.d.sync += [key.eq(req.key), degree.eq(req.degree), count.eq(0), chosen_valid.eq(0),
-                         sequential.eq(0), next_c.eq(0), last_j.eq(req.degree - 1), left.eq(req.fanout)]
+                         sequential.eq(0), next_c.eq(0), to_list.eq(req.degree), left.eq(req.fanout)]
         with m.If(self.request.valid & self.request.ready):
             m.d.sync += [busy.eq(1), listing.eq(req.degree <= req.fanout), drawing.eq(req.degree > req.fanout)]
         written = Signal()     # a position enters the output FIFO
         with m.If(listing):
             m.d.comb += [out.w_en.eq(1), out.w_data.eq(sequential), written.eq(out.w_rdy)]
             with m.If(out.w_rdy):
-                m.d.sync += sequential.eq(sequential + 1)
-                with m.If(sequential == last_j):
+                m.d.sync += [sequential.eq(sequential + 1), to_list.eq(to_list - 1)]
+                with m.If(to_list == 1):
                     m.d.sync += [busy.eq(0), listing.eq(0)]
 
         # ---- Floyd: output of the decision stage (room was reserved when the draw was issued)

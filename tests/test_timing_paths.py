@@ -95,7 +95,7 @@ def test_a_memory_counts_once():
     # Yosys names a split memory's LUT-RAM cells by row and column; nextpnr's packer adds its suffix
     assert tp._group("kernel.kernel.lane0.collects.storage.0.28$DPRAM_COMB1") == "lane0.collects.storage"
     assert tp._group("kernel.kernel.aggregator.samples.1$DPRAM_COMB0") == "aggregator.samples"
-    assert tp._group("kernel.kernel.lane0.positions0.last_j_TRELLIS_FF_Q_3") == "lane0.positions0.last_j"
+    assert tp._group("kernel.kernel.lane0.positions0.to_list_TRELLIS_FF_Q_3") == "lane0.positions0.to_list"
 
 
 def test_scan_chain_and_io_are_excluded():

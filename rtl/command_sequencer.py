@@ -485,12 +485,10 @@ class CommandSequencer(KernelBlock):
         with m.FSM() as fsm:
             with m.State("IDLE"):
                 m.d.comb += self.idle.eq(1)
-                # the command's arguments follow the control block's registers in every IDLE cycle
-                # (loaded on ``start``, the control block's start decoded with the state enabled
-                # their 128 flip-flops)
-                # and so do the command's counters and its result (read only in later states; the
-                # previous command's result header landed before DONE): ``start`` enables the two
-                # flags below only, not ~600 flip-flops
+                # the command's arguments follow the control block's registers in every IDLE cycle,
+                # and its counters and result registers are cleared in every one (all are read only
+                # in later states; the previous command's result header landed before DONE), so
+                # ``start`` enables the two flags below only, not ~600 flip-flops
                 m.d.sync += [
                     image_base.eq(self.image), descriptor_base.eq(self.descriptor),
                     *(counter.eq(0) for counter in desc_counters + image_counters),

@@ -554,6 +554,10 @@ def test_parameter_validation_messages():
             AxiLiteSignature(1)
         with pytest.raises(TypeError, match="Config must be a KernelConfig, not 'small'"):
             SamplerKernel("small")
+        from smartsage.rtl.free_slot_fifo import FreeSlotFIFO
+        for bad in ({"width": 0, "depth": 4}, {"width": 8, "depth": 0}, {"width": 8, "depth": 2.5}):
+            with pytest.raises(TypeError, match="FIFO (width|depth) must be a positive integer"):
+                FreeSlotFIFO(**bad)
         gc.collect()
 
 
@@ -612,6 +616,3 @@ def test_free_slot_fifo_behaves_as_sync_fifo(depth):
     sim.add_testbench(bench)
     sim.run()
     assert seen["full"] and seen["empty"] and seen["reads"] > 300, seen
-    for bad in ({"width": 0, "depth": 4}, {"width": 8, "depth": 0}, {"width": 8, "depth": 2.5}):
-        with pytest.raises(TypeError, match="FIFO (width|depth) must be a positive integer"):
-            FreeSlotFIFO(**bad)

@@ -179,8 +179,11 @@ class BeatWriter(wiring.Component):
         # spilled), whether it reaches its beat's last byte (``fills``) and beyond (``spills``). The
         # holding beat is always the piece before's beat or its spill, so the decision reads bits,
         # not a 58-bit address compare and a byte-count sum
+        # (and the piece's byte mask over its two beats, worked out as it enters: a shift of the
+        # byte count by the place in front of the merged beat's strobes and first-byte encoder was
+        # a 7-level path into the merged-beat FIFO, 10.1 ns on the ECP5 proxy)
         staged_layout = data.StructLayout({"piece": piece_layout(width), "same_low": 1, "same_high": 1,
-                                           "fills": 1, "spills": 1})
+                                           "fills": 1, "spills": 1, "mask": 2 * data_bytes})
         m.submodules.stage = stage = StreamBuffer(staged_layout)
         incoming = self.piece.payload
         incoming_beat = incoming.address[size_log2:]
@@ -192,7 +195,9 @@ class BeatWriter(wiring.Component):
                      stage.i.payload.same_low.eq(incoming_beat == previous_beat),
                      stage.i.payload.same_high.eq(incoming_beat == previous_next),
                      stage.i.payload.fills.eq(incoming_end >= data_bytes),
-                     stage.i.payload.spills.eq(incoming_end > data_bytes)]
+                     stage.i.payload.spills.eq(incoming_end > data_bytes),
+                     stage.i.payload.mask.eq(((Const(1, 2 * data_bytes + 1) << incoming.nbytes) - 1)[:2 * data_bytes]
+                                             << incoming.address[:size_log2])]
         with m.If(self.piece.valid & self.piece.ready):
             m.d.sync += [previous_beat.eq(incoming_beat), previous_next.eq(incoming_beat + 1)]
         staged = stage.o.payload
@@ -202,11 +207,10 @@ class BeatWriter(wiring.Component):
         place = piece.address[:size_log2]
         beat_address = Signal(ADDRESS_WIDTH)
         placed = Signal(2 * width)
-        mask = Signal(2 * data_bytes)
+        mask = staged.mask
         m.d.comb += [
             beat_address.eq(piece.address & ~(data_bytes - 1)),
             placed.eq(piece.data << Cat(Const(0, 3), place)),
-            mask.eq(((Const(1, 2 * data_bytes + 1) << piece.nbytes) - 1)[:2 * data_bytes] << place),
         ]
         low_strobe = mask[:data_bytes]
         high_strobe = mask[data_bytes:]

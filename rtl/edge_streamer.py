@@ -131,7 +131,7 @@ class EdgeStreamer(KernelBlock):
         samplers_reset = Signal(init=1)
         m.d.sync += samplers_reset.eq(self.reset_samplers)
         m.d.comb += [ClockSignal("samplers").eq(ClockSignal()), ResetSignal("samplers").eq(samplers_reset)]
-        samplers = [PositionSampler(cfg.max_fanout) for _ in range(SAMPLERS_PER_LANE)]
+        samplers = [PositionSampler(cfg.max_fanout, draws_only=True) for _ in range(SAMPLERS_PER_LANE)]
         for number, sampler in enumerate(samplers):
             m.submodules[f"positions{number}"] = DomainRenamer("samplers")(sampler)
 

@@ -10,7 +10,7 @@ another requester's answers on a shared, in-order read channel.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, ResetInserter, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal
 from amaranth.lib import data, stream
 from amaranth.lib.wiring import In, Out
 
@@ -21,7 +21,6 @@ from .axi import ADDRESS_WIDTH
 from .compare import below
 from .free_slot_fifo import FreeSlotFIFO
 from .kernel_block import KernelBlock, check_kernel_config
-from .node_list_collector import id_offset
 from .read_stream import StreamWord
 from .rng import MIX32_LATENCY, mix32_pipelined
 from .tagged_read_stream import ReadPortSignature
@@ -110,17 +109,20 @@ class FrontierPrefetcher(KernelBlock):
 
         # the frontier's reads: whether one is left is a flag register (no 64-bit compare of the
         # index with the frontier's size in front of the read engine's handshake)
-        prefetch_index = Signal(64)
+        # (the read's address is a register stepped by the id size: no 64-bit add and id-width mux in
+        # front of the read engine, nor ~64 LUTs on the id-width flag's net, 9.8 ns on the ECP5 proxy)
+        prefetch_address = Signal(ADDRESS_WIDTH)    # nodes_ptr + prefetch index x id size
         prefetch_left = Signal(64)      # frontier_size - prefetch_index
         prefetch_more = Signal()        # prefetch_left != 0
         with m.If(prefetching & prefetch_more):
             m.d.comb += [mem.request.valid.eq(1),
-                         mem.request.payload.eq(self.nodes_ptr + id_offset(wide_ids, prefetch_index))]
+                         mem.request.payload.eq(prefetch_address)]
             with m.If(mem.request.ready):
-                m.d.sync += [prefetch_index.eq(prefetch_index + 1), prefetch_left.eq(prefetch_left - 1),
+                m.d.sync += [prefetch_address.eq(prefetch_address + Cat(Const(0, 2), ~wide_ids, wide_ids)),
+                             prefetch_left.eq(prefetch_left - 1),
                              prefetch_more.eq(prefetch_left != 1)]
         with m.If(self.restart & ~prefetching):
-            m.d.sync += [prefetch_index.eq(0), prefetch_left.eq(self.frontier_size),
+            m.d.sync += [prefetch_address.eq(self.nodes_ptr), prefetch_left.eq(self.frontier_size),
                          prefetch_more.eq(self.frontier_size != 0)]
 
         # Checked frontier entries (with their RNG key H_v, computed here) and the indptr pairs

@@ -98,10 +98,12 @@ class NodeListCollector(KernelBlock):
         error = Signal()
         taken = Signal(range(data_bytes // 4))             # ids of the head answer
         appended = Signal(range(self.config.max_fanout))   # ids of the job
+        first = Signal(init=1)                             # appended == 0, a flip-flop: it picks the
+        # append's address (job's or running) in front of the write combiner's beat compares
         offset = Signal(beat_log2 + 1)
         append_address = Signal(ADDRESS_WIDTH)       # the next id's, within a job
         # (handles for the formal checks' invariants)
-        self._appended, self._append_address = appended, append_address
+        self._appended, self._first, self._append_address = appended, first, append_address
         m.d.comb += offset.eq(head.address[:beat_log2] + id_offset(wide_ids, taken))
         wide_id = head.beat.word_select(offset[3:beat_log2], 64) if data_bytes > 8 else head.beat
         narrow_id = head.beat.word_select(offset[2:beat_log2], 32)
@@ -109,7 +111,7 @@ class NodeListCollector(KernelBlock):
         # the append's payload whatever the flags (only its valid is gated: the error flag in front
         # of the address ran into the write combiner port's beat compares, 13.2 ns on the ECP5 proxy)
         m.d.comb += [
-            appends.payload.address.eq(Mux(appended == 0, job.address, append_address)),
+            appends.payload.address.eq(Mux(first, job.address, append_address)),
             appends.payload.data.eq(Mux(wide_ids, wide_id, narrow_id)),
             appends.payload.wide.eq(wide_ids),
         ]
@@ -119,16 +121,16 @@ class NodeListCollector(KernelBlock):
                 m.d.comb += [self.storage_error.eq(1), self.storage_error_address.eq(head.address)]
                 m.d.sync += error.eq(1)
             with m.Elif(appends.valid & appends.ready):
-                m.d.sync += [taken.eq(taken + 1), appended.eq(appended + 1),
+                m.d.sync += [taken.eq(taken + 1), appended.eq(appended + 1), first.eq(0),
                              append_address.eq(self._next_address(appends.payload.address, wide_ids))]
                 with m.If(taken == head.ids - 1):
                     m.d.comb += answers.ready.eq(1)
                     m.d.sync += taken.eq(0)
                 with m.If(self._last_of_job(appended, job.count)):
                     m.d.comb += jobs.ready.eq(1)
-                    m.d.sync += appended.eq(0)
+                    m.d.sync += [appended.eq(0), first.eq(1)]
         with m.If(self.clear | error):
-            m.d.sync += [taken.eq(0), appended.eq(0)]
+            m.d.sync += [taken.eq(0), appended.eq(0), first.eq(1)]
         with m.If(self.resume):  # stopped by an error until the next command
             m.d.sync += error.eq(0)
         m.d.comb += self.failed.eq(error)

@@ -67,12 +67,17 @@ class RowUnpacker(wiring.Component):
                      last_inside.eq(data_bytes - (Const(1, unit_bytes.shape()) << self.unit_log2))]
 
         cur, nxt = slots
+        # where the unit starts in slot 0: Mux(fresh, cur.offset, pointer), kept in a register of its
+        # own (updated with fresh, pointer and slot 0 below), so the unit's compares start at
+        # flip-flops: start + U > beat ⇔ start > last_inside, and start + U >= beat ⇔ start >= last_inside
+        # (no adder and no mux in front of the pops that enable the slots' ~2 x beat-width registers)
         start = Signal(range(2 * data_bytes))
-        m.d.comb += start.eq(Mux(fresh, cur.offset, pointer))
         needs_next = Signal()
+        crosses = Signal()                       # the unit reaches the beat's end: slot 0 is done
         last_unit = Signal()
         m.d.comb += [
-            needs_next.eq((start > last_inside) & ~cur.last),     # start + unit_bytes > data_bytes
+            crosses.eq(start >= last_inside),
+            needs_next.eq((start > last_inside) & ~cur.last),
             # the request's bytes left fit this unit: a short compare (a unit is at most a beat)
             last_unit.eq(at_most(Mux(fresh, cur.length, left), unit_bytes)),
             self.units.valid.eq(valid[0] & (~needs_next | valid[1])),
@@ -84,32 +89,41 @@ class RowUnpacker(wiring.Component):
         fire = self.units.valid & self.units.ready
         after = start + unit_bytes
         pops = Signal(2)
+        fresh_next, pointer_next = Signal(), Signal.like(pointer)
+        m.d.comb += [fresh_next.eq(fresh), pointer_next.eq(pointer)]
         with m.If(fire):
             with m.If(last_unit):
-                m.d.sync += fresh.eq(1)
-                m.d.comb += pops.eq(Mux(cur.last, 1, 2))
+                m.d.comb += [fresh_next.eq(1), pops.eq(Mux(cur.last, 1, 2))]
             with m.Else():
-                m.d.sync += [fresh.eq(0), left.eq(Mux(fresh, cur.length, left) - unit_bytes),
-                             pointer.eq(Mux(after >= data_bytes, after - data_bytes, after))]
-                m.d.comb += pops.eq(after >= data_bytes)
+                m.d.comb += [fresh_next.eq(0), pointer_next.eq(Mux(crosses, after - data_bytes, after)),
+                             pops.eq(crosses)]
+                m.d.sync += left.eq(Mux(fresh, cur.length, left) - unit_bytes)
         # keep what is not popped, in order, then take the incoming beat behind it
         kept = Signal(2)
         m.d.comb += [kept.eq(valid[0] + valid[1] - pops), self.beats.ready.eq(kept < 2)]
         incoming = self.beats.valid & self.beats.ready
+        offset_next = Signal.like(cur.offset)    # slot 0's offset after this cycle
+        m.d.comb += offset_next.eq(cur.offset)
         with m.Switch(pops):
             with m.Case(0):
                 with m.If(incoming):
                     with m.If(~valid[0]):
                         m.d.sync += [slots[0].eq(self.beats.payload), valid[0].eq(1)]
+                        m.d.comb += offset_next.eq(self.beats.payload.offset)
                     with m.Else():
                         m.d.sync += [slots[1].eq(self.beats.payload), valid[1].eq(1)]
             with m.Case(1):
                 m.d.sync += [slots[0].eq(slots[1]), valid[0].eq(valid[1]), valid[1].eq(0)]
+                m.d.comb += offset_next.eq(nxt.offset)
                 with m.If(incoming):
                     with m.If(~valid[1]):
                         m.d.sync += [slots[0].eq(self.beats.payload), valid[0].eq(1)]
+                        m.d.comb += offset_next.eq(self.beats.payload.offset)
                     with m.Else():
                         m.d.sync += [slots[1].eq(self.beats.payload), valid[1].eq(1)]
             with m.Case(2):
                 m.d.sync += [valid[0].eq(incoming), valid[1].eq(0), slots[0].eq(self.beats.payload)]
+                m.d.comb += offset_next.eq(self.beats.payload.offset)
+        m.d.sync += [fresh.eq(fresh_next), pointer.eq(pointer_next),
+                     start.eq(Mux(fresh_next, offset_next, pointer_next))]
         return m

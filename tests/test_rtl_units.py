@@ -301,14 +301,17 @@ def test_wide_against_narrow_compares():
     sim.run()
 
 
-def test_position_sampler_matches_floyd():
+@pytest.mark.parametrize("draws_only", [False, True], ids=["any_degree", "draws_only"])
+def test_position_sampler_matches_floyd(draws_only):
+    """Any node (a sampler built with ``draws_only``, as the lanes' are: nodes with d > k only)."""
     rng = random.Random(_seed())
-    dut = PositionSampler(16)
+    dut = PositionSampler(16, draws_only=draws_only)
     cases = []
-    for _ in range(60):
+    while len(cases) < 60:
         k = rng.randint(1, 16)
         d = rng.choice([1, k, k + 1, rng.randint(1, 64), rng.randint(1, 100_000), rng.randrange(1 << 31, 1 << 32)])
-        cases.append((rng.getrandbits(32), d, k))
+        if d > k or not draws_only:
+            cases.append((rng.getrandbits(32), d, k))
     cases.append((0x12345678, (1 << 32) - 1, 16))  # ranges near 2^32: the threshold slow path is likely
     cases.append((0x9E3779B9, (1 << 31) + 5, 16))  # n just above 2^31: about half the draws are rejected
 

@@ -18,8 +18,9 @@ Assumed, as the edge streamer and the sequencer provide them:
   command's constants, and the node list does not wrap around the 64-bit address space.
 
 Asserted (in :func:`~.kernel_writes.ordered_parts` order, each property assuming the earlier ones):
-three invariants on the collector's two registers (no id of a job appended while none is at the
-head; fewer ids appended than the job has; the next id's address stepped from the job's), then the
+four invariants on the collector's three registers (no id of a job appended while none is at the
+head; fewer ids appended than the job has; the first-id flag is ``appended == 0``; the next id's
+address stepped from the job's), then the
 port properties: every append is ``job.address + i x id size`` with ``i < job.count``, of the id
 size ``wide_ids`` says, and so inside ``[nodes_ptr, nodes_ptr + nodes_capacity x id size)``,
 naturally aligned. Proved by k-induction at depth 2 (``smtbmc z3``).
@@ -36,11 +37,12 @@ from .kernel_writes import ADDRESS_SPACE, FORMAL_KERNEL_CONFIG, PartsHarness, or
 __all__ = ["LaneAppendsHarness", "BROKEN_LANE_APPENDS", "PART_ORDER", "build"]
 
 #: The lane_appends properties, invariants first (see :func:`~.kernel_writes.ordered_parts`).
-PART_ORDER = ("no_job_none_appended", "appended_below_count", "append_address", "job_slot", "node_list_window")
+PART_ORDER = ("no_job_none_appended", "appended_below_count", "first_flag", "append_address", "job_slot",
+              "node_list_window")
 
 
 class _ObservedCollector(NodeListCollector):
-    """The real collector (its registers are reachable as ``_appended`` and ``_append_address``)."""
+    """The real collector (its registers are reachable as ``_appended``, ``_first`` and ``_append_address``)."""
 
 
 class _PopsLate(NodeListCollector):
@@ -89,6 +91,8 @@ class LaneAppendsHarness(PartsHarness):
         properties = {
             "no_job_none_appended": jobs.valid | (dut._appended == 0),
             "appended_below_count": ~jobs.valid | (dut._appended < job.count),
+            # (after the count bound: a broken collector whose count wraps breaks that one first)
+            "first_flag": dut._first == (dut._appended == 0),
             "append_address": ~jobs.valid | (dut._appended == 0)
                               | (dut._append_address == (job.address + id_offset(wide, dut._appended))[:64]),
             "job_slot": ~dut.appends.valid | (jobs.valid & (append.address >= job.address)

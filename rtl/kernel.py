@@ -49,6 +49,7 @@ from .feature_aggregator import FeatureAggregator
 from .frontier_prefetcher import FrontierPrefetcher
 from .job_dispatcher import JobDispatcher
 from .read_stream import ReadStream
+from .reset_copy import reset_copy
 from .stream_buffer import StreamBuffer
 from .tagged_read_stream import TaggedReadStream
 from .write_combiner import WriteCombiner
@@ -74,6 +75,17 @@ def storage_master_names(config: KernelConfig) -> list[str]:
 #: The AXI4 handshakes a master receives; its other inputs (read data, responses, ``rlast``) mean
 #: something only with a handshake's valid.
 _HANDSHAKES_IN = frozenset({"arready", "rvalid", "awready", "wready", "bvalid"})
+
+
+def _add_block(m, platform, name, block):
+    """``block`` as submodule ``name``, in a domain of its own on the kernel's clock whose reset is a
+    registered copy of the kernel's (:mod:`~smartsage.rtl.reset_copy`): no reset net spans two blocks."""
+    domain = f"{name}_sync"
+    m.domains += ClockDomain(domain, local=True)
+    m.d.comb += [ClockSignal(domain).eq(ClockSignal()),
+                 ResetSignal(domain).eq(reset_copy(m, platform, f"{name}_reset"))]
+    m.submodules[name] = DomainRenamer(domain)(block)
+    return block
 
 
 def _share_reads(m, engine, first, second, second_owns, answers_buffer=None):
@@ -160,26 +172,27 @@ class SamplerKernel(wiring.Component):
         cfg = self.config
         lanes = cfg.lanes
 
-        m.submodules.control = control = ControlRegisters()
-        m.submodules.sequencer = sequencer = CommandSequencer(cfg)
-        m.submodules.prefetcher = prefetcher = FrontierPrefetcher(cfg)
-        m.submodules.dispatcher = dispatcher = JobDispatcher(lanes, cfg.max_fanout)
+        # every block in a domain of its own, reset from a copy of the kernel's reset (_add_block)
+        control = _add_block(m, platform, "control", ControlRegisters())
+        sequencer = _add_block(m, platform, "sequencer", CommandSequencer(cfg))
+        prefetcher = _add_block(m, platform, "prefetcher", FrontierPrefetcher(cfg))
+        dispatcher = _add_block(m, platform, "dispatcher", JobDispatcher(lanes, cfg.max_fanout))
         streamers = [EdgeStreamer(cfg) for _ in range(lanes)]
         for lane, streamer in enumerate(streamers):
-            m.submodules[f"lane{lane}"] = streamer
+            _add_block(m, platform, f"lane{lane}", streamer)
         # read engines: storage (the sequencer's header reads, then the prefetcher's indptr reads,
         # tagged: a read that brings both words of a pair), one per lane (tagged with its ids),
         # device memory (the descriptor, then the frontier)
-        m.submodules.storage_reader = storage = TaggedReadStream(cfg.data_width, cfg.outstanding_reads, 1)
+        storage = _add_block(m, platform, "storage_reader", TaggedReadStream(cfg.data_width, cfg.outstanding_reads, 1))
         lane_readers = [TaggedReadStream(cfg.data_width, cfg.outstanding_reads, ids_tag_shape(cfg.data_width))
                         for _ in range(lanes)]
         for lane, reader in enumerate(lane_readers):
-            m.submodules[f"lane_reader{lane}"] = reader
-        m.submodules.mem_reader = mem = ReadStream(cfg.data_width, cfg.outstanding_reads)
+            _add_block(m, platform, f"lane_reader{lane}", reader)
+        mem = _add_block(m, platform, "mem_reader", ReadStream(cfg.data_width, cfg.outstanding_reads))
         # Sampling writes (node-list appends of lane i on port i; counts and the result header on the
         # last port) are combined into strobed full-beat bursts (the aggregator has its own writer).
-        m.submodules.mem_combiner = combiner = WriteCombiner(cfg.data_width, cfg.outstanding_reads,
-                                                             ports=lanes + 1)
+        combiner = _add_block(m, platform, "mem_combiner", WriteCombiner(cfg.data_width, cfg.outstanding_reads,
+                                                                           ports=lanes + 1))
         # the feature aggregator (AGGREGATE), after the last hop; reset with every command's start and
         # end, from one flip-flop a cycle after the sequencer's clear (or the kernel's reset): its own
         # domain on the kernel's clock, so that no OR of the two resets sits in front of the thousands
@@ -205,7 +218,7 @@ class SamplerKernel(wiring.Component):
         # the frontier's ids reach the prefetcher through a two-entry buffer (its range check, a 64-bit
         # compare, starts at flip-flops); emptied with the prefetcher
         frontier_answers = StreamBuffer(prefetcher.frontier_reads.response.payload.shape())
-        m.submodules.frontier_answers = ResetInserter(sequencer.clear_jobs)(frontier_answers)
+        _add_block(m, platform, "frontier_answers", ResetInserter(sequencer.clear_jobs)(frontier_answers))
         _share_reads(m, mem, sequencer.descriptor_reads, prefetcher.frontier_reads, sequencer.prefetch,
                      frontier_answers)
         _share_reads(m, storage.port, sequencer.header_reads, prefetcher.indptr_reads, sequencer.prefetch)

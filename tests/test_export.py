@@ -147,21 +147,39 @@ def test_one_storage_read_master_per_lane():
     assert int(masters["m_axi_lane3"].get("dataWidth")) == config.data_width
 
 
-def test_state_machines_are_one_hot_on_the_timing_proxy_only(exported):
-    """The ECP5 proxy's platform marks every FSM's state register ``fsm_encoding = "one-hot"`` (Yosys
-    re-encodes only marked registers; Vivado chooses by itself), and the exported Verilog carries no
-    such attribute."""
-    import re
-
+@pytest.fixture(scope="module")
+def proxy_verilog():
+    """The timing harness of ``CONFIG`` as the ECP5 proxy elaborates it (its platform)."""
     from amaranth.back import verilog
 
     from smartsage.rtl.multiply import RegisteredMultipliers
 
     module, ports = synth.timing_harness(CONFIG)
-    proxy = verilog.convert(module, name="timing_harness", ports=ports, platform=RegisteredMultipliers("ecp5"),
-                            emit_src=False, strip_internal_attrs=True)
-    marked = re.findall(r'\(\* fsm_encoding = "one-hot" \*\)\s*reg (?:\[\d+:0\] )?(\w+)', proxy)
+    return verilog.convert(module, name="timing_harness", ports=ports, platform=RegisteredMultipliers("ecp5"),
+                           emit_src=False, strip_internal_attrs=True)
+
+
+def test_state_machines_are_one_hot_on_the_timing_proxy_only(exported, proxy_verilog):
+    """The ECP5 proxy's platform marks every FSM's state register ``fsm_encoding = "one-hot"`` (Yosys
+    re-encodes only marked registers; Vivado chooses by itself), and the exported Verilog carries no
+    such attribute."""
+    import re
+
+    marked = re.findall(r'\(\* fsm_encoding = "one-hot" \*\)\s*reg (?:\[\d+:0\] )?(\w+)', proxy_verilog)
     # the sequencer's, a lane's issuer and the aggregator's four (one lane in ``small``)
     assert sorted(marked) == sorted(["fsm_state", "issuer_state", "load_issue_state", "load_take_state",
                                      "issue_state", "sums_state"]), marked
     assert "fsm_encoding" not in exported["verilog"].read_text()
+
+
+def test_each_block_resets_from_its_own_copy_of_the_kernel_reset(exported, proxy_verilog):
+    """On the ECP5 proxy every block's reset is a ``TRELLIS_FF`` of its own (Yosys would merge plain
+    copies into one flip-flop driving every block); the exported Verilog has plain registers."""
+    import re
+
+    copies = re.findall(r"TRELLIS_FF #\([^;]*?\)\s*(\w+) \(", proxy_verilog, flags=re.S)
+    blocks = ["control", "sequencer", "prefetcher", "dispatcher", "storage_reader", "mem_reader",
+              "mem_combiner", "frontier_answers"]
+    blocks += [f"{name}{lane}" for lane in range(CONFIG.lanes) for name in ("lane", "lane_reader")]
+    assert sorted(copies) == sorted(f"{block}_reset_ff" for block in blocks), copies
+    assert "TRELLIS_FF" not in exported["verilog"].read_text()

@@ -1,0 +1,34 @@
+"""Copies of the kernel's reset, one per block, so that no single net drives every register's reset.
+
+The kernel's ``sync`` reset reaches some 20,000 flip-flops. As one net it is a path of its own: on
+the ECP5 timing proxy, 9.4 ns from ``ap_rst_n`` into the sequencer's and the prefetcher's registers
+(nextpnr promotes clocks, not resets, to the global network). The kernel top gives each block a
+domain of its own on the kernel's clock whose reset is a copy of the kernel's reset, registered
+(:func:`reset_copy`), so each reset net spans one block. Vivado replicates a high-fanout register
+by itself (``MAX_FANOUT``, ``phys_opt_design``); Yosys instead merges identical registers
+(``opt_merge``), so on the proxy platform (``family == "ecp5"``) each copy is a ``TRELLIS_FF``
+instance (named ``<block>_reset_ff``), which Yosys keeps. Elsewhere (export, Verilator, synth_xilinx) a copy is a plain register.
+
+A block leaves reset one cycle after the kernel's reset falls, all blocks in the same cycle.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import ClockSignal, Instance, Module, ResetSignal, Signal
+
+__all__ = ["reset_copy"]
+
+
+def reset_copy(m: Module, platform, name: str) -> Signal:
+    """The ``sync`` domain's reset, registered (high from power-up), as a flip-flop of its own named
+    ``name``: a ``TRELLIS_FF`` instance on the ECP5 proxy platform, else a reset-less register."""
+    if getattr(platform, "family", None) == "ecp5":
+        copy = Signal(name=name)
+        # REGSET "SET": the flip-flop powers up at 1 (the global set/reset at configuration)
+        m.submodules[f"{name}_ff"] = Instance("TRELLIS_FF", p_GSR="DISABLED", p_CEMUX="1", p_CLKMUX="CLK",
+                                               p_LSRMUX="LSR", p_REGSET="SET", p_SRMODE="LSR_OVER_CE",
+                                               i_CLK=ClockSignal(), i_DI=ResetSignal(), i_LSR=0, i_CE=1, o_Q=copy)
+        return copy
+    copy = Signal(init=1, reset_less=True, name=name)
+    m.d.sync += copy.eq(ResetSignal())
+    return copy

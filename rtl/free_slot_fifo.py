@@ -19,7 +19,7 @@ class FreeSlotFIFO(wiring.Component):
     level only. In a LUT-RAM FIFO the write enable reaches every RAM cell of the FIFO's width (on
     the ECP5 proxy a 200-bit entry is 50 cells), so a producer's handshake decision in front of
     ``w_en`` fanned out to all of them (a lane's job offer: 12.2 ns on the proxy); here it reaches
-    the two pointers.
+    the two pointers. ``w_rdy`` and ``r_rdy`` are flip-flops, not compares of the level.
 
     Parameters
     ----------
@@ -42,7 +42,7 @@ class FreeSlotFIFO(wiring.Component):
         if not isinstance(depth, int) or depth < 1:
             raise TypeError(f"FIFO depth must be a positive integer, not {depth!r}")
         self._width, self._depth = width, depth
-        super().__init__({"w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
+        super().__init__({"w_data": In(width), "w_en": In(1), "w_rdy": Out(1, init=1),
                           "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1), "level": Out(range(depth + 1))})
 
     @property
@@ -59,9 +59,19 @@ class FreeSlotFIFO(wiring.Component):
         m.d.comb += [
             write.addr.eq(w_ptr), write.data.eq(self.w_data), write.en.eq(1),
             read.addr.eq(r_ptr), self.r_data.eq(read.data),
-            self.w_rdy.eq(self.level < self._depth), self.r_rdy.eq(self.level != 0),
             push.eq(self.w_en & self.w_rdy), pop.eq(self.r_en & self.r_rdy),
         ]
+        # the two flags are flip-flops (a level compare in front of the consumers' and producers'
+        # handshakes was a LUT level of the kernel's worst paths): set from the level and the
+        # handshakes of the cycle, as the level itself is
+        with m.If(push):
+            m.d.sync += self.r_rdy.eq(1)
+        with m.Elif(pop):
+            m.d.sync += self.r_rdy.eq(self.level != 1)
+        with m.If(pop):
+            m.d.sync += self.w_rdy.eq(1)
+        with m.Elif(push):
+            m.d.sync += self.w_rdy.eq(self.level != self._depth - 1)
         with m.If(push):
             m.d.sync += w_ptr.eq(Mux(w_ptr == slots - 1, 0, w_ptr + 1))
         with m.If(pop):

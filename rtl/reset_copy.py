@@ -7,7 +7,8 @@ domain of its own on the kernel's clock whose reset is a copy of the kernel's re
 (:func:`reset_copy`), so each reset net spans one block. Vivado replicates a high-fanout register
 by itself (``MAX_FANOUT``, ``phys_opt_design``); Yosys instead merges identical registers
 (``opt_merge``), so on the proxy platform (``family == "ecp5"``) each copy is a ``TRELLIS_FF``
-instance (named ``<block>_reset_ff``), which Yosys keeps. Elsewhere (export, Verilator, synth_xilinx) a copy is a plain register.
+instance (named ``<block>_reset_ff``), which Yosys keeps. Elsewhere (export, Verilator,
+synth_xilinx) a copy is a plain register.
 
 A block leaves reset one cycle after the kernel's reset falls, all blocks in the same cycle.
 """

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from amaranth.hdl import Module, ResetInserter, Shape
 from amaranth.lib import stream, wiring
-from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from .axi import ADDRESS_WIDTH, AxiReadSignature, check_data_width
+from .free_slot_fifo import FreeSlotFIFO
 from .read_stream import ReadStream, StreamWord
 
 __all__ = ["ReadPortSignature", "TaggedReadStream"]
@@ -122,7 +122,7 @@ class TaggedReadStream(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.reader = reader = self._reader
-        tags = SyncFIFO(width=Shape.cast(self._tag_shape).width, depth=self.outstanding)
+        tags = FreeSlotFIFO(width=Shape.cast(self._tag_shape).width, depth=self.outstanding)
         m.submodules.tags = ResetInserter(self.clear)(tags)
         wiring.connect(m, wiring.flipped(self.bus), reader.bus)
         port = self.port

@@ -17,6 +17,8 @@ from amaranth.back import rtlil
 from amaranth.hdl import Assert, Assume, ClockDomain, Elaboratable, Fragment, Module, Shape, Signal
 from amaranth.lib.fifo import SyncFIFO
 
+from ..free_slot_fifo import FreeSlotFIFO
+
 __all__ = ["FormalCheck", "FormalResult", "FormalToolMissing", "run_check", "tools_available",
            "FORMAL_DATA_WIDTH", "FORMAL_OUTSTANDING",
            "FORMAL_ADDRESS_BITS"]
@@ -175,13 +177,16 @@ class Observed:
     def elaborate(self, platform):
         m = super().elaborate(platform)
         self.in_flight_fifo = m.submodules.in_flight
-        self.fifos = [sub for sub, _ in m._named_submodules.values() if isinstance(sub, SyncFIFO)]
+        self.fifos = [sub for sub, _ in m._named_submodules.values() if isinstance(sub, (SyncFIFO, FreeSlotFIFO))]
         return m
 
 
 def fifo_invariants(m: Module, block: Observed):
-    """Invariants for the induction: every FIFO of ``block`` holds at most its depth."""
+    """Invariants for the induction: every FIFO of ``block`` holds at most its depth (and a
+    :class:`~smartsage.rtl.free_slot_fifo.FreeSlotFIFO`'s ready flags, flip-flops, agree with its level)."""
     m.d.comb += [Assert(fifo.level <= fifo.depth) for fifo in block.fifos]
+    m.d.comb += [Assert((fifo.r_rdy == (fifo.level != 0)) & (fifo.w_rdy == (fifo.level != fifo.depth)))
+                 for fifo in block.fifos if isinstance(fifo, FreeSlotFIFO)]
 
 
 class OneTooMany:

@@ -2,8 +2,9 @@
 
 ARVALID held until ARREADY with a stable address and burst, single naturally aligned beats, never
 more reads outstanding than configured, and the response stream obeys the stream rules when the
-slave obeys AXI. The outstanding bound is inductive with the invariant "the harness's count of reads
-in flight equals the level of the block's in-flight FIFO"; the response payload comes from that
+slave obeys AXI. The outstanding bound is inductive with the invariants "the harness's count of reads
+in flight equals the level of the block's in-flight FIFO" and "that FIFO's ready flags (flip-flops)
+agree with its level"; the response payload comes from that
 FIFO's memory, so its stability is a bounded check.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 from amaranth.hdl import Assert, Assume, Signal
 
 from ..read_stream import ReadStream
-from .common import Harness, Observed, history
+from .common import Harness, Observed, fifo_invariants, history
 
 __all__ = ["ReadEngineHarness", "ObservedReadStream", "BROKEN_READ_ENGINE"]
 
@@ -89,6 +90,7 @@ class ReadEngineHarness(Harness):
             # invariant that makes the bound inductive (the FIFO of addresses in flight)
             Assert(in_flight == dut.in_flight_fifo.level),
         ]
+        fifo_invariants(m, dut)   # (its level within depth, its ready flags from its level)
         return m
 
 

@@ -120,10 +120,10 @@ class _ObservedSequencer(CommandSequencer):
         (self.counts_base, self.frontier_index, self.frontier_size, self.counts_end, self.counts_fit, self.key_wait,
          self.written, self.nodes_room, self.count_address, self.frontier_end, self.fetching_descriptor,
          self.fetching_header, self.hop, self.last_hop, self.room_wide, self.room_exact, self.room_current,
-         self.room, self.prefetching) = inner(
+         self.room, self.prefetching, self.result_index) = inner(
             m, "counts_base", "frontier_index", "frontier_size", "counts_end", "counts_fit", "key_wait", "written",
             "nodes_room", "count_address", "frontier_end", "fetching_descriptor", "fetching_header", "hop",
-            "last_hop", "room_wide", "room_exact", "room_current", "room", "prefetching")
+            "last_hop", "room_wide", "room_exact", "room_current", "room", "prefetching", "result_index")
         offset, size = field_span(DESCRIPTOR_FIELDS, "num_hops")
         word, = inner(m, f"desc_word{offset // 8}")
         self.num_hops = word[(offset % 8) * 8:(offset % 8 + size) * 8]
@@ -234,9 +234,11 @@ class SequencerWritesHarness(PartsHarness):
                 (~dut.room_wide | (dut.nodes_room >= 2 ** len(dut.head_count) - 1))
                 & (~dut.room_current | (dut.room_exact == dut._fits(dut.head_count, dut.nodes_room, "nodes")))
                 & (dut.room == (dut.room_wide | (dut.room_current & dut.room_exact)))),
-            # the count's address is stepped, not computed: it is the walk's entry
-            "count_address": ~in_state["FRONTIER"] | (
-                dut.count_address == (b.counts_ptr + ((dut.counts_base + dut.frontier_index) << 2))[:64]),
+            # the fields' address is stepped, not computed: the walk's entry in FRONTIER, the
+            # result header's word in RESULT
+            "count_address": (~in_state["FRONTIER"] | (
+                dut.count_address == (b.counts_ptr + ((dut.counts_base + dut.frontier_index) << 2))[:64]))
+                & (~in_state["RESULT"] | (dut.count_address == Cat(Const(0, 3), dut.result_index, b.result_ptr[6:]))),
             # the port properties
             "nodes_ptr": dut.nodes_ptr == b.nodes_ptr,
             "aggregate_pointers": ((parameters.nodes_ptr == b.nodes_ptr) & (parameters.self_ptr == b.self_ptr)

@@ -672,14 +672,17 @@ class CommandSequencer(KernelBlock):
                 # reads still in flight (an error mid-hop) are taken and dropped; every output write
                 # is answered before the result header
                 m.d.comb += [self.descriptor_reads.response.ready.eq(1), job_reset.eq(1)]
+                # the result header's first word address, loaded in every FINISH cycle (not behind
+                # the engines' idle flags: the write combiner's idle into ~64 enables, 10.2 ns on
+                # the ECP5 proxy); the walk's count address is not read after FRONTIER
+                m.d.sync += count_address.eq(Cat(Const(0, 3 + len(result_index)),
+                                                 result_ptr[BUFFER_ALIGN.bit_length() - 1:]))
                 with m.If(self.writes_idle & self.reads_idle & self.streamers_idle):
                     m.d.sync += finishing.eq(0)
                     with m.If(self.write_error & (status == Status.OK)):
                         m.d.sync += [status.eq(Status.OUTPUT_ERROR), error_hop.eq(0), error_index.eq(0),
                                      error_value.eq(self.write_error_address)]
-                    m.d.sync += [final_cycles.eq(cycles), result_index.eq(0),
-                                 count_address.eq(Cat(Const(0, 3 + len(result_index)),
-                                                      result_ptr[BUFFER_ALIGN.bit_length() - 1:]))]
+                    m.d.sync += [final_cycles.eq(cycles), result_index.eq(0)]
                     with m.If(result_valid & (result_ptr[:BUFFER_ALIGN.bit_length() - 1] == 0)):
                         m.next = "RESULT"
                     with m.Else():
@@ -705,7 +708,7 @@ class CommandSequencer(KernelBlock):
                     m.next = "RESULT"
 
             # (result_ptr is 64-byte aligned, checked before RESULT: the word's address,
-            # ``result_ptr + 8 x result_index``, is ``count_address``, loaded as FINISH ends and
+            # ``result_ptr + 8 x result_index``, is ``count_address``, loaded in FINISH and
             # stepped with the index, so the field's address is the same register in every state:
             # no state-selected multiplexer in front of the write combiner's beat compares, 9.3 ns
             # from the RESULT state's flip-flop on the ECP5 proxy)

@@ -43,13 +43,16 @@ from .fsm_encoding import encode_states
 from .image_header import IMAGE_WORDS, field_span
 from .job_dispatcher import node_job_layout
 from .kernel_block import KernelBlock, check_kernel_config
+from .multiply import split_accumulate
 from .node_list_collector import id_offset
+from .register_copies import register_copies
 from .rng import MIX32_LATENCY, mix32_pipelined
 from .stream_buffer import StreamBuffer
 from .tagged_read_stream import ReadPortSignature
 from .write_combiner import AppendWord
 
-__all__ = ["CommandSequencer", "IMAGE_WORDS", "SUPPORTED_FLAGS", "OutputBuffers"]
+__all__ = ["CommandSequencer", "IMAGE_WORDS", "SUPPORTED_FLAGS", "OutputBuffers", "bus_switch_copies",
+           "BUS_SWITCH_GROUP", "PrefetchOwners"]
 
 #: Descriptor flags this build executes: AGGREGATE (docs/spec.md section 4, the feature aggregator).
 SUPPORTED_FLAGS = int(Flags.AGGREGATE)
@@ -57,6 +60,23 @@ SUPPORTED_FLAGS = int(Flags.AGGREGATE)
 OutputBuffers = data.StructLayout({name: 64 for name in (
     "nodes_ptr", "nodes_capacity", "counts_ptr", "counts_capacity", "self_ptr", "self_capacity",
     "sum_ptr", "sum_capacity", "result_ptr")})
+#: The copies of the sequencer's ``prefetch`` flag: the device-memory read engine's and the storage
+#: read engine's share (the prefetcher's reads, not the sequencer's, while set) and the prefetcher's
+#: ``active``.
+PrefetchOwners = data.StructLayout({"memory": 1, "storage": 1, "prefetcher": 1})
+#: Multiplexer bits of the kernel's bus switch one copy of ``aggregating`` drives at most.
+BUS_SWITCH_GROUP = 48
+
+
+def bus_switch_copies(config: KernelConfig) -> int:
+    """Copies of the sequencer's ``aggregating`` flag the kernel's bus switch uses: one for the
+    aggregator's incoming handshakes, one for the sampling engines', and one per
+    :data:`BUS_SWITCH_GROUP` bits of the two buses' outgoing signals (the storage master's read
+    channels, device memory's read and write channels)."""
+    read_out = ADDRESS_WIDTH + 8 + 3 + 2 + 2                        # AR and rready
+    write_out = ADDRESS_WIDTH + 8 + 3 + 2 + 1 + config.data_width * 9 // 8 + 3   # AW, W and bready
+    outgoing = 2 * read_out + write_out
+    return 2 + -(-outgoing // BUS_SWITCH_GROUP)
 
 
 class CommandSequencer(KernelBlock):
@@ -79,9 +99,11 @@ class CommandSequencer(KernelBlock):
         Image header reads (storage).
     nodes : ``In(stream.Signature(FrontierNode))``; pairs : ``In(stream.Signature(IndptrPair))``
         The prefetcher's checked frontier nodes and indptr pairs.
-    prefetch : ``Out(1)``; restart_prefetch : ``Out(1)``
-        The hop's frontier is read (the prefetcher runs); a hop starts (from entry 0): high in the
-        cycle after each cycle of HOP, a flip-flop (the prefetcher takes it while not running).
+    prefetch : ``Out(PrefetchOwners)``; restart_prefetch : ``Out(1)``
+        The hop's frontier is read (the prefetcher runs): the same flag as a flip-flop of its own
+        for each of its uses (:mod:`~smartsage.rtl.register_copies`); a hop starts (from entry 0):
+        high in the cycle after each cycle of HOP, a flip-flop (the prefetcher takes it while not
+        running).
     frontier_size, nodes_ptr, num_nodes, indptr_base : ``Out(64)``
     wide_ids : ``Out(1)``; hop_key : ``Out(32)``; fanout : ``Out(16)``
         What the prefetcher and the lanes need of the command and the hop.
@@ -101,8 +123,10 @@ class CommandSequencer(KernelBlock):
         lanes and aggregator are cleared.
     reset_samplers : ``Out(1)``
         A command started (a register, a cycle after): the position samplers are reset.
-    abandon : ``Out(1)``
-        The command ends: work in flight is dropped (a register, high exactly in the FINISH state).
+    abandon : ``Out(data.ArrayLayout(1, config.lanes + 1))``
+        The command ends: work in flight is dropped (high exactly in the FINISH state): a flip-flop
+        for each lane (its edge streamer and its reader's drain) and one for the prefetcher
+        (:mod:`~smartsage.rtl.register_copies`), the last.
     drain_reads : ``Out(1)``
         The command ends: every storage answer is taken and dropped.
     reads_idle : ``In(1)``
@@ -113,11 +137,13 @@ class CommandSequencer(KernelBlock):
         A lane takes a read error this cycle (STORAGE_ERROR at that address).
     storage_read_beats : ``In(16)``
         Storage beats requested this cycle (all storage masters; for ``storage_bytes``).
-    aggregate_start, aggregating : ``Out(1)``; aggregate_parameters : ``Out(AggregateParameters)``
+    aggregate_start : ``Out(1)``; aggregate_parameters : ``Out(AggregateParameters)``
+    aggregating : ``Out(data.ArrayLayout(1, bus_switch_copies(config)))``
     aggregator_busy, aggregator_error, aggregator_write_error : ``In(1)``;
     aggregator_error_address, aggregator_write_error_address : ``In(64)``
         The feature aggregator's start, its parameters and outcome; ``aggregating``: it owns the
-        storage and device-memory buses.
+        storage and device-memory buses (copies of one flag, each a flip-flop of its own,
+        :mod:`~smartsage.rtl.register_copies`, for a group of the kernel's bus switch).
     buffers : ``Out(OutputBuffers)``
         The descriptor's output buffers as fetched (for the write-window property of
         rtl/formal/kernel_writes.py; nothing in the kernel reads them).
@@ -130,7 +156,7 @@ class CommandSequencer(KernelBlock):
             "ready": Out(1), "idle": Out(1), "done": Out(1),
             "descriptor_reads": Out(ReadPortSignature()), "header_reads": Out(ReadPortSignature()),
             "nodes": In(stream.Signature(FrontierNode)), "pairs": In(stream.Signature(IndptrPair)),
-            "prefetch": Out(1), "restart_prefetch": Out(1),
+            "prefetch": Out(PrefetchOwners), "restart_prefetch": Out(1),
             "frontier_size": Out(64), "nodes_ptr": Out(ADDRESS_WIDTH), "num_nodes": Out(64),
             "indptr_base": Out(ADDRESS_WIDTH),
             "wide_ids": Out(1), "hop_key": Out(32), "fanout": Out(16),
@@ -138,11 +164,13 @@ class CommandSequencer(KernelBlock):
             "fields": Out(stream.Signature(AppendWord)),
             "flush_writes": Out(1), "clear_writes": Out(1), "writes_idle": In(1), "write_error": In(1),
             "write_error_address": In(ADDRESS_WIDTH),
-            "clear_jobs": Out(1), "reset_samplers": Out(1), "abandon": Out(1), "drain_reads": Out(1),
+            "clear_jobs": Out(1), "reset_samplers": Out(1), "abandon": Out(data.ArrayLayout(1, config.lanes + 1)),
+            "drain_reads": Out(1),
             "reads_idle": In(1), "streamers_idle": In(1), "streamers_failed": In(1),
             "streamer_error": In(1), "streamer_error_address": In(ADDRESS_WIDTH),
             "storage_read_beats": In(16),
-            "aggregate_start": Out(1), "aggregating": Out(1), "aggregate_parameters": Out(AggregateParameters),
+            "aggregate_start": Out(1), "aggregating": Out(data.ArrayLayout(1, bus_switch_copies(config))),
+            "aggregate_parameters": Out(AggregateParameters),
             "aggregator_busy": In(1), "aggregator_error": In(1), "aggregator_error_address": In(ADDRESS_WIDTH),
             "aggregator_write_error": In(1), "aggregator_write_error_address": In(ADDRESS_WIDTH),
             "buffers": Out(OutputBuffers),
@@ -164,8 +192,12 @@ class CommandSequencer(KernelBlock):
         # in FINISH, as a flip-flop set on every way into the state and cleared on the way out: the
         # lanes' ``abandon``, the readers' drain and the combiner's flush fan out across the chip from
         # it (decoded from the state in LUTs they were the whole kernel's critical path, 65.8 MHz)
+        # (its next value also loads a copy per lane and one for the prefetcher, ``abandon``)
         finishing = Signal()
-        m.d.comb += self.abandon.eq(finishing)
+        finishing_next = Signal()
+        m.d.comb += finishing_next.eq(finishing)
+        m.d.sync += finishing.eq(finishing_next)
+        m.d.comb += self.abandon.eq(Cat(register_copies(m, platform, "abandon", finishing_next, cfg.lanes + 1)))
         # the clears reach every lane's samplers and the aggregator as synchronous resets: they leave
         # as flip-flops, a cycle after their cause (the whole kernel's critical path on the ECP5 proxy
         # was the start decoded from the state into those resets, 56.1 MHz), so no block is cleared
@@ -176,8 +208,15 @@ class CommandSequencer(KernelBlock):
         # the aggregator owns the buses in AGGREGATE and AGGREGATE_WAIT: a flip-flop set on the way
         # in and cleared on the way out (it muxes every signal of both buses; decoded from the state
         # it put the state's LUTs in front of the read engines' answers across the kernel)
+        # (its next value, set and cleared below, loads the flag's copies, one per group of the bus
+        # switch's multiplexers: as one flip-flop it drove ~400 of them, into the aggregator's
+        # read handshakes among others, 9.6-9.7 ns on the ECP5 proxy)
         aggregating = Signal()
-        m.d.comb += self.aggregating.eq(aggregating)
+        aggregating_next = Signal()
+        m.d.comb += aggregating_next.eq(aggregating)
+        m.d.sync += aggregating.eq(aggregating_next)
+        m.d.comb += self.aggregating.eq(Cat(register_copies(m, platform, "aggregating", aggregating_next,
+                                                            len(self.aggregating))))
         # the aggregator's start, high in AGGREGATE's one cycle: a flip-flop set on the way in (the
         # state decoded in LUTs reached the aggregator's loads and clears across the chip)
         aggregate_start = Signal()
@@ -260,9 +299,11 @@ class CommandSequencer(KernelBlock):
         # no enable (decoded from the state, the enables of these ~420 flip-flops were a long path on the
         # ECP5 proxy): HOP loads the operands before FEATURES_MULTIPLY, which waits for the multiplier
         # to shift out; then, and in every other state, the multiplier is 0, so nothing changes, and the
-        # byte counts follow the product a cycle behind
-        m.d.sync += [feature_bytes.eq(feature_bytes + Mux(multiplier[0], multiplicand, 0)),
-                     multiplicand.eq(multiplicand << 1), multiplier.eq(multiplier >> 1),
+        # byte counts follow the product a cycle behind. The sum is two 48-bit chains, the low one's
+        # carry into the high one registered (rtl/multiply.py ``split_accumulate``): exact a cycle
+        # after the last addition (FEATURES_CARRY)
+        carry = split_accumulate(m, feature_bytes, Mux(multiplier[0], multiplicand, 0), 48)
+        m.d.sync += [multiplicand.eq(multiplicand << 1), multiplier.eq(multiplier >> 1),
                      self_bytes.eq(feature_bytes << feature_size_log2), sum_bytes.eq(feature_bytes << 2)]
         counts_end = Signal(65)    # counts_base + frontier_size, registered (the HOP state's check)
 
@@ -285,7 +326,14 @@ class CommandSequencer(KernelBlock):
         # the fields' address: counts_ptr + (counts_base + frontier_index) x 4 during a hop, the
         # result header's word in RESULT
         count_address = Signal(64)
+        # (set on the way into FRONTIER, cleared on every way out; its next value also loads a copy for
+        # each read engine's share and for the prefetcher, ``prefetch``)
         prefetching = Signal()
+        prefetching_next = Signal()
+        m.d.comb += prefetching_next.eq(prefetching)
+        m.d.sync += prefetching.eq(prefetching_next)
+        m.d.comb += self.prefetch.eq(Cat(register_copies(m, platform, "prefetch", prefetching_next,
+                                                         len(PrefetchOwners.members))))
         fanout = Signal(16)
         result_index = Signal(range(RESULT_HEADER_SIZE // 8))
         cycles = Signal(64)
@@ -330,18 +378,19 @@ class CommandSequencer(KernelBlock):
                          last_size.eq(frontier_size), last_counts.eq(counts_base)]
 
         def to_finish():
-            m.d.sync += finishing.eq(1)
+            m.d.comb += finishing_next.eq(1)
             m.next = "FINISH"
 
         def fail(code, hop_value=0, index_value=0, value=0):
             m.d.sync += [status.eq(code), error_hop.eq(hop_value), error_index.eq(index_value),
-                         error_value.eq(value), prefetching.eq(0)]
+                         error_value.eq(value)]
+            m.d.comb += prefetching_next.eq(0)
             to_finish()
 
         def abort_on_streamer_error():
             """A hop state stops when the edge streamer hit a bus error (it set the status)."""
             with m.If(self.streamers_failed):
-                m.d.sync += prefetching.eq(0)
+                m.d.comb += prefetching_next.eq(0)
                 to_finish()
 
         def read_words(name, reader, words, counters, fetching, address_of, capture, then):
@@ -400,7 +449,7 @@ class CommandSequencer(KernelBlock):
 
         # what the prefetcher and the lanes need of the command and the hop
         m.d.comb += [
-            self.prefetch.eq(prefetching), self.frontier_size.eq(frontier_size), self.nodes_ptr.eq(nodes_ptr),
+            self.frontier_size.eq(frontier_size), self.nodes_ptr.eq(nodes_ptr),
             self.num_nodes.eq(num_nodes), self.indptr_base.eq(indptr_base),
             self.wide_ids.eq(wide_ids), self.hop_key.eq(hop_key), self.fanout.eq(fanout),
         ]
@@ -589,7 +638,7 @@ class CommandSequencer(KernelBlock):
                              count_address.eq(counts_ptr + (counts_base << 2))]
                 # |F_{L-1}| x F's operands load in every HOP cycle (the product is read only after
                 # the last hop's): the last hop's decision enables none of their 224 flip-flops
-                m.d.sync += [feature_bytes.eq(0), multiplicand.eq(last_size), multiplier.eq(feature_dim)]
+                m.d.sync += [feature_bytes.eq(0), carry.eq(0), multiplicand.eq(last_size), multiplier.eq(feature_dim)]
                 with m.If(last_hop & aggregate):
                     m.next = "FEATURES_MULTIPLY"
                 with m.Elif(last_hop):
@@ -599,7 +648,7 @@ class CommandSequencer(KernelBlock):
                 with m.Elif(~counts_fit):
                     fail(Status.COUNTS_CAPACITY, hop_value=hop, value=counts_end)
                 with m.Else():
-                    m.d.sync += prefetching.eq(1)
+                    m.d.comb += prefetching_next.eq(1)
                     m.next = "FRONTIER"
             with m.State("HOP_WAIT"):  # the edge streamer finishes the hop's last jobs
                 with m.If(self.streamers_idle & ~self.jobs_waiting):
@@ -621,7 +670,7 @@ class CommandSequencer(KernelBlock):
                 # its count are formed from the heads of the queues, before the state machine). The
                 # walk's registers are stepped by what is taken (above the state machine)
                 with m.If(frontier_end):
-                    m.d.sync += prefetching.eq(0)
+                    m.d.comb += prefetching_next.eq(0)
                     m.next = "HOP_WAIT"
                 with m.Elif(nodes_in.valid):
                     with m.If(entry.error):
@@ -644,7 +693,9 @@ class CommandSequencer(KernelBlock):
             # of the last frontier, then the feature aggregator
             with m.State("FEATURES_MULTIPLY"):  # feature_bytes = |F_{L-1}| x F (above the state machine)
                 with m.If(multiplier == 0):
-                    m.next = "FEATURES_SETTLE"
+                    m.next = "FEATURES_CARRY"
+            with m.State("FEATURES_CARRY"):     # the low half's last carry reaches the high half
+                m.next = "FEATURES_SETTLE"
             with m.State("FEATURES_SETTLE"):   # the capacity compares below are registered
                 m.next = "FEATURES_CHECK"
             with m.State("FEATURES_CHECK"):
@@ -653,13 +704,14 @@ class CommandSequencer(KernelBlock):
                 with m.Elif(sum_over):
                     fail(Status.FEATURES_CAPACITY, index_value=1, value=sum_bytes)
                 with m.Else():
-                    m.d.sync += [aggregating.eq(1), aggregate_start.eq(1)]
+                    m.d.comb += aggregating_next.eq(1)
+                    m.d.sync += aggregate_start.eq(1)
                     m.next = "AGGREGATE"
             with m.State("AGGREGATE"):     # (``aggregate_start`` is high in this state's cycle)
                 m.next = "AGGREGATE_WAIT"
             with m.State("AGGREGATE_WAIT"):
                 with m.If(~self.aggregator_busy):
-                    m.d.sync += aggregating.eq(0)
+                    m.d.comb += aggregating_next.eq(0)
                     with m.If(self.aggregator_error):
                         fail(Status.STORAGE_ERROR, value=self.aggregator_error_address)
                     with m.Elif(self.aggregator_write_error):
@@ -678,7 +730,7 @@ class CommandSequencer(KernelBlock):
                 m.d.sync += count_address.eq(Cat(Const(0, 3 + len(result_index)),
                                                  result_ptr[BUFFER_ALIGN.bit_length() - 1:]))
                 with m.If(self.writes_idle & self.reads_idle & self.streamers_idle):
-                    m.d.sync += finishing.eq(0)
+                    m.d.comb += finishing_next.eq(0)
                     with m.If(self.write_error & (status == Status.OK)):
                         m.d.sync += [status.eq(Status.OUTPUT_ERROR), error_hop.eq(0), error_index.eq(0),
                                      error_value.eq(self.write_error_address)]

@@ -42,7 +42,7 @@ from amaranth.lib.wiring import In, Out
 from smartsage.spec.config import KernelConfig
 
 from .axi import AxiLiteSignature, AxiReadSignature, AxiSignature
-from .command_sequencer import IMAGE_WORDS, SUPPORTED_FLAGS, CommandSequencer
+from .command_sequencer import BUS_SWITCH_GROUP, IMAGE_WORDS, SUPPORTED_FLAGS, CommandSequencer
 from .control import CONTROL_ADDRESS_WIDTH, ControlRegisters
 from .edge_streamer import SAMPLERS_PER_LANE, EdgeStreamer, ids_tag_shape
 from .feature_aggregator import FeatureAggregator
@@ -219,9 +219,9 @@ class SamplerKernel(wiring.Component):
         # compare, starts at flip-flops); emptied with the prefetcher
         frontier_answers = StreamBuffer(prefetcher.frontier_reads.response.payload.shape())
         _add_block(m, platform, "frontier_answers", ResetInserter(sequencer.clear_jobs)(frontier_answers))
-        _share_reads(m, mem, sequencer.descriptor_reads, prefetcher.frontier_reads, sequencer.prefetch,
+        _share_reads(m, mem, sequencer.descriptor_reads, prefetcher.frontier_reads, sequencer.prefetch.memory,
                      frontier_answers)
-        _share_reads(m, storage.port, sequencer.header_reads, prefetcher.indptr_reads, sequencer.prefetch)
+        _share_reads(m, storage.port, sequencer.header_reads, prefetcher.indptr_reads, sequencer.prefetch.storage)
         wiring.connect(m, wiring.flipped(self.m_axi_storage), storage.bus)
         for name, member in mem.bus.signature.members.items():
             ours, theirs = getattr(self.m_axi_mem, name), getattr(mem.bus, name)
@@ -239,12 +239,12 @@ class SamplerKernel(wiring.Component):
         wiring.connect(m, prefetcher.nodes, sequencer.nodes)
         wiring.connect(m, prefetcher.pairs, sequencer.pairs)
         m.d.comb += [
-            prefetcher.active.eq(sequencer.prefetch), prefetcher.restart.eq(sequencer.restart_prefetch),
+            prefetcher.active.eq(sequencer.prefetch.prefetcher), prefetcher.restart.eq(sequencer.restart_prefetch),
             prefetcher.frontier_size.eq(sequencer.frontier_size), prefetcher.nodes_ptr.eq(sequencer.nodes_ptr),
             prefetcher.num_nodes.eq(sequencer.num_nodes), prefetcher.indptr_base.eq(sequencer.indptr_base),
             prefetcher.wide_ids.eq(sequencer.wide_ids), prefetcher.hop_key.eq(sequencer.hop_key),
             prefetcher.fanout.eq(sequencer.fanout),
-            prefetcher.clear.eq(sequencer.clear_jobs), prefetcher.abandon.eq(sequencer.abandon),
+            prefetcher.clear.eq(sequencer.clear_jobs), prefetcher.abandon.eq(sequencer.abandon[cfg.lanes]),
         ]
         wiring.connect(m, sequencer.job, dispatcher.job)
         m.d.comb += [dispatcher.clear.eq(sequencer.clear_jobs), sequencer.jobs_waiting.eq(dispatcher.waiting)]
@@ -259,10 +259,10 @@ class SamplerKernel(wiring.Component):
             wiring.connect(m, streamer.appends, combiner.fields[lane])
             m.d.comb += [
                 streamer.wide_ids.eq(sequencer.wide_ids), streamer.fanout.eq(sequencer.fanout),
-                streamer.abandon.eq(sequencer.abandon), streamer.halt.eq(streamers_failed),
+                streamer.abandon.eq(sequencer.abandon[lane]), streamer.halt.eq(streamers_failed),
                 streamer.clear.eq(sequencer.clear_jobs), streamer.reset_samplers.eq(sequencer.reset_samplers),
                 streamer.resume.eq(sequencer.ready),
-                reader.drain.eq(sequencer.drain_reads), reader.clear.eq(sequencer.clear_jobs),
+                reader.drain.eq(sequencer.abandon[lane]), reader.clear.eq(sequencer.clear_jobs),
             ]
             # a read error of the highest lane wins in a cycle where several lanes take one
             with m.If(streamer.storage_error):
@@ -292,7 +292,11 @@ class SamplerKernel(wiring.Component):
             sequencer.aggregator_write_error.eq(aggregator.write_error),
             sequencer.aggregator_write_error_address.eq(aggregator.write_error_address),
         ]
-        aggregating = sequencer.aggregating
+        # (each copy of the sequencer's ``aggregating`` flag drives one group of the switch below:
+        # the aggregator's incoming handshakes, the sampling engines', and BUS_SWITCH_GROUP bits of
+        # the outgoing signals each)
+        switch = sequencer.aggregating
+        aggregator_side, sampler_side, *outgoing_copies = (switch[i] for i in range(switch.shape().length))
 
         # ---- the buses, while the aggregator runs: its engines instead of the sampler's (overriding
         # the connections above); otherwise its engines see an idle bus. Only the handshakes coming
@@ -300,19 +304,26 @@ class SamplerKernel(wiring.Component):
         # reads them only with its own valid), so ``aggregating`` does not fan out into every bit of
         # both read-data buses (on the ECP5 proxy that net, into the prefetcher's pair stage and the
         # descriptor words, was the whole kernel's critical path: 12.7 ns, 79.0 MHz)
+        outgoing = []   # (the bus's signal, the aggregator's) of every outgoing member
         for ours, theirs, samplers in ((self.m_axi_storage, aggregator.storage, (storage.bus,)),
                                        (self.m_axi_mem, aggregator.mem, (mem.bus, combiner.bus))):
             for name, member in theirs.signature.members.items():
                 if member.flow == In:
                     value = getattr(ours, name)
-                    m.d.comb += getattr(theirs, name).eq(Mux(aggregating, value, 0) if name in _HANDSHAKES_IN
+                    m.d.comb += getattr(theirs, name).eq(Mux(aggregator_side, value, 0) if name in _HANDSHAKES_IN
                                                          else value)
-            with m.If(aggregating):
-                for name, member in theirs.signature.members.items():
-                    if member.flow == Out:
-                        m.d.comb += getattr(ours, name).eq(getattr(theirs, name))
+                else:
+                    outgoing.append((getattr(ours, name), getattr(theirs, name)))
+            with m.If(sampler_side):
                 for port in samplers:
                     for name, member in port.signature.members.items():
                         if member.flow == In and name in _HANDSHAKES_IN:
                             m.d.comb += getattr(port, name).eq(0)
+        # the outgoing bits in groups of BUS_SWITCH_GROUP, a copy each
+        bits = [(ours[i], theirs[i]) for ours, theirs in outgoing for i in range(len(ours))]
+        assert len(bits) <= BUS_SWITCH_GROUP * len(outgoing_copies), (len(bits), len(outgoing_copies))
+        for group, owner in enumerate(outgoing_copies):
+            with m.If(owner):
+                m.d.comb += [ours.eq(theirs)
+                             for ours, theirs in bits[group * BUS_SWITCH_GROUP:(group + 1) * BUS_SWITCH_GROUP]]
         return m

@@ -10,9 +10,10 @@ multiplication or one carry chain.
 
 from __future__ import annotations
 
-from amaranth.hdl import ClockSignal, Instance, Module, Signal, Value
+from amaranth.hdl import Cat, ClockSignal, Instance, Module, Signal, Value
 
-__all__ = ["RegisteredMultipliers", "registered", "product16", "multiply_add_low", "multiply_add_latency"]
+__all__ = ["RegisteredMultipliers", "registered", "product16", "multiply_add_low", "multiply_add_latency",
+           "split_accumulate"]
 
 
 class RegisteredMultipliers:
@@ -115,3 +116,22 @@ def multiply_add_low(m: Module, a: Value, b: Value, c: Value, width: int, enable
         terms, level = summed, level + 1
     assert 2 + level == multiply_add_latency(len(a), len(b), width), (len(a), len(b), width, level)
     return terms[0]
+
+
+def split_accumulate(m: Module, accumulator: Signal, addend: Value, split: int) -> Signal:
+    """``accumulator`` += ``addend`` in every cycle as two carry chains: bits below ``split`` and the
+    rest, the low chain's carry-out registered into the high chain's carry-in (a chain as long as
+    the accumulator was 9.3 ns on the ECP5 proxy). Returns the carry register: ``accumulator +
+    (carry << split)`` is the running sum, so the accumulator is exact one cycle after the last
+    nonzero addend. Whoever loads the accumulator clears the carry with it (statements after this
+    call win)."""
+    width = len(accumulator)
+    if not 0 < split < width:
+        raise ValueError(f"split_accumulate: split {split!r} must lie inside the accumulator's {width} bits")
+    carry = Signal(name=f"{accumulator.name}_carry")
+    low_sum = accumulator[:split] + addend[:split]
+    high, high_addend = accumulator[split:], addend[split:width]
+    m.d.sync += [accumulator[:split].eq(low_sum[:split]), carry.eq(low_sum[split]),
+                 # high + high_addend + carry as one chain: (2 high + c + 2 high_addend + c) / 2
+                 accumulator[split:].eq((Cat(carry, high) + Cat(carry, high_addend))[1:width - split + 1])]
+    return carry

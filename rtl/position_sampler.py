@@ -104,6 +104,9 @@ class PositionSampler(wiring.Component):
         degree = Signal(32, reset_less=True)
         sequential = Signal(32, reset_less=True)
         busy = Signal()
+        busy_next = Signal()    # (set and cleared below; ``request.ready`` is registered from it)
+        m.d.comb += busy_next.eq(busy)
+        m.d.sync += busy.eq(busy_next)
         listing = Signal()      # d <= k: the positions 0..d-1 go out
         drawing = Signal()      # d > k: Floyd's draws
         # the next draw to issue: its position index is j = d - left (positions without a draw issued),
@@ -198,28 +201,33 @@ class PositionSampler(wiring.Component):
         # the handshake's fan-out is three registers, not the two hundred a load of the node would
         # enable. The next node is taken
         # only once at most two of this one's positions wait in the FIFO (a flag registered from the
-        # level a cycle before, "at most one", so ``ready`` is two flip-flops' AND): a lane whose
-        # samplers took nodes as soon as their draws were out would hold work the other lanes could
-        # start (on the default build's cycle-count test, 3,334 cycles without this, 3,323 with it).
-        few_waiting = Signal()
-        m.d.sync += few_waiting.eq(out.level <= 1)
-        m.d.comb += self.request.ready.eq(~busy & few_waiting)
+        # level a cycle before, "at most one"): a lane whose samplers took nodes as soon as their draws
+        # were out would hold work the other lanes could start (on the default build's cycle-count
+        # test, 3,334 cycles without this, 3,323 with it). ``ready`` is a flip-flop: not busy in this
+        # cycle (``busy_next`` of the cycle before) and that flag (its lane ORs the samplers' ready
+        # into its job decision, whose fan-out made ~busy & few_waiting a 9.2 ns path on the ECP5 proxy)
+        ready = Signal()
+        m.d.sync += ready.eq(~busy_next & (out.level <= 1))
+        m.d.comb += self.request.ready.eq(ready)
         req = self.request.payload
         with m.If(~busy):
             m.d.sync += [key.eq(req.key), degree.eq(req.degree), count.eq(0), chosen_valid.eq(0),
                          sequential.eq(0), next_c.eq(0), to_list.eq(req.degree), left.eq(req.fanout)]
         with m.If(self.request.valid & self.request.ready):
             if self._draws_only:
-                m.d.sync += [busy.eq(1), drawing.eq(1)]
+                m.d.comb += busy_next.eq(1)
+                m.d.sync += drawing.eq(1)
             else:
-                m.d.sync += [busy.eq(1), listing.eq(req.degree <= req.fanout), drawing.eq(req.degree > req.fanout)]
+                m.d.comb += busy_next.eq(1)
+                m.d.sync += [listing.eq(req.degree <= req.fanout), drawing.eq(req.degree > req.fanout)]
         written = Signal()     # a position enters the output FIFO
         with m.If(listing):
             m.d.comb += [out.w_en.eq(1), out.w_data.eq(sequential), written.eq(out.w_rdy)]
             with m.If(out.w_rdy):
                 m.d.sync += [sequential.eq(sequential + 1), to_list.eq(to_list - 1)]
                 with m.If(to_list == 1):
-                    m.d.sync += [busy.eq(0), listing.eq(0)]
+                    m.d.comb += busy_next.eq(0)
+                    m.d.sync += listing.eq(0)
 
         # ---- Floyd: output of the decision stage (room was reserved when the draw was issued)
         # (while no draw is held, the held draw's registers follow the decision stage every cycle,
@@ -237,7 +245,8 @@ class PositionSampler(wiring.Component):
                             m.d.sync += chosen[i].eq(position)
                 m.d.sync += [count.eq(count + 1), chosen_valid.eq(Cat(1, chosen_valid[:-1]))]
                 with m.If(s_last):
-                    m.d.sync += [busy.eq(0), drawing.eq(0)]
+                    m.d.comb += busy_next.eq(0)
+                    m.d.sync += drawing.eq(0)
 
             # slow path: hold the draw, flush the ones behind it, ask for the exact threshold
             with m.If(flush):

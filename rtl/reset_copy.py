@@ -15,7 +15,9 @@ A block leaves reset one cycle after the kernel's reset falls, all blocks in the
 
 from __future__ import annotations
 
-from amaranth.hdl import ClockSignal, Instance, Module, ResetSignal, Signal
+from amaranth.hdl import Module, ResetSignal, Signal
+
+from .register_copies import trellis_register
 
 __all__ = ["reset_copy"]
 
@@ -24,12 +26,8 @@ def reset_copy(m: Module, platform, name: str) -> Signal:
     """The ``sync`` domain's reset, registered (high from power-up), as a flip-flop of its own named
     ``name``: a ``TRELLIS_FF`` instance on the ECP5 proxy platform, else a reset-less register."""
     if getattr(platform, "family", None) == "ecp5":
-        copy = Signal(name=name)
         # REGSET "SET": the flip-flop powers up at 1 (the global set/reset at configuration)
-        m.submodules[f"{name}_ff"] = Instance("TRELLIS_FF", p_GSR="DISABLED", p_CEMUX="1", p_CLKMUX="CLK",
-                                               p_LSRMUX="LSR", p_REGSET="SET", p_SRMODE="LSR_OVER_CE",
-                                               i_CLK=ClockSignal(), i_DI=ResetSignal(), i_LSR=0, i_CE=1, o_Q=copy)
-        return copy
+        return trellis_register(m, name, ResetSignal(), init=1, reset=0)
     copy = Signal(init=1, reset_less=True, name=name)
     m.d.sync += copy.eq(ResetSignal())
     return copy

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from .axi import ADDRESS_WIDTH, BURST_INCR, RESP_OKAY, AxiWriteSignature, check_data_width
+from .free_slot_fifo import FreeSlotFIFO
 from .stream_buffer import StreamBuffer
 
 __all__ = ["WriteCombiner", "AppendWord", "MAX_BURST", "BURST_BOUNDARY"]
@@ -132,8 +132,8 @@ class WriteCombiner(wiring.Component):
             with m.If(incoming.valid & incoming.ready):
                 m.d.sync += [previous_beat.eq(incoming_beat), previous_next.eq(incoming_beat + 1)]
             port = stage.o
-            beats = SyncFIFO(width=beat_layout.size, depth=depth)
-            runs = SyncFIFO(width=run_layout.size, depth=depth)
+            beats = FreeSlotFIFO(width=beat_layout.size, depth=depth)
+            runs = FreeSlotFIFO(width=run_layout.size, depth=depth)
             m.submodules[f"beats{number}"] = beats
             m.submodules[f"runs{number}"] = runs
             beat_fifos.append(beats)
@@ -220,8 +220,8 @@ class WriteCombiner(wiring.Component):
         # ---- AW: one run at a time from the ports in turn, registered (AWADDR holds while AWVALID)
         port_bits = max(1, (self._ports - 1).bit_length())
         burst_layout = data.StructLayout({"port": port_bits, "length": range(MAX_BURST + 1)})
-        m.submodules.bursts = bursts = SyncFIFO(width=burst_layout.size, depth=4)
-        m.submodules.in_flight = in_flight = SyncFIFO(width=ADDRESS_WIDTH, depth=self._outstanding)
+        m.submodules.bursts = bursts = FreeSlotFIFO(width=burst_layout.size, depth=4)
+        m.submodules.in_flight = in_flight = FreeSlotFIFO(width=ADDRESS_WIDTH, depth=self._outstanding)
         aw_valid = Signal()
         aw_first = Signal(ADDRESS_WIDTH)
         aw_length = Signal(range(MAX_BURST + 1))

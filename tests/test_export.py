@@ -174,12 +174,19 @@ def test_state_machines_are_one_hot_on_the_timing_proxy_only(exported, proxy_ver
 
 def test_each_block_resets_from_its_own_copy_of_the_kernel_reset(exported, proxy_verilog):
     """On the ECP5 proxy every block's reset is a ``TRELLIS_FF`` of its own (Yosys would merge plain
-    copies into one flip-flop driving every block); the exported Verilog has plain registers."""
+    copies into one flip-flop driving every block), as is each copy of the sequencer's flags that
+    drive many loads; the exported Verilog has plain registers."""
     import re
+
+    from smartsage.rtl.command_sequencer import PrefetchOwners, bus_switch_copies
 
     copies = re.findall(r"TRELLIS_FF #\([^;]*?\)\s*(\w+) \(", proxy_verilog, flags=re.S)
     blocks = ["control", "sequencer", "prefetcher", "dispatcher", "storage_reader", "mem_reader",
               "mem_combiner", "frontier_answers"]
     blocks += [f"{name}{lane}" for lane in range(CONFIG.lanes) for name in ("lane", "lane_reader")]
-    assert sorted(copies) == sorted(f"{block}_reset_ff" for block in blocks), copies
+    # and the sequencer's copies of its bus-switch, prefetch and abandon flags (rtl/register_copies.py)
+    flags = {"aggregating": bus_switch_copies(CONFIG), "prefetch": len(PrefetchOwners.members),
+             "abandon": CONFIG.lanes + 1}
+    flag_copies = [f"{flag}{i}_ff" for flag, count in flags.items() for i in range(count)]
+    assert sorted(copies) == sorted([f"{block}_reset_ff" for block in blocks] + flag_copies), copies
     assert "TRELLIS_FF" not in exported["verilog"].read_text()

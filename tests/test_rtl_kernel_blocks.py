@@ -585,9 +585,9 @@ def _run_sequencer(descriptor: bytes, header: dict[int, int], frontier_degrees, 
         pair with its sample count min(degree, k) for the hop's fanout k, as the prefetcher queues it."""
         taken = 0
         while True:
-            if ctx.get(dut.prefetch) and not hop_keys:
+            if ctx.get(dut.prefetch.prefetcher) and not hop_keys:
                 hop_keys.append(ctx.get(dut.hop_key))
-            if ctx.get(dut.prefetch) and taken < len(frontier_degrees):
+            if ctx.get(dut.prefetch.prefetcher) and taken < len(frontier_degrees):
                 v = taken
                 ctx.set(dut.nodes.payload, {"node": v, "in_range": 1, "error": 0, "address": 0, "key": 1000 + v})
                 ctx.set(dut.pairs.payload, {"start": 10 * v, "end": 10 * v + frontier_degrees[v],

@@ -17,7 +17,7 @@ from smartsage.rtl.axi import AxiLiteSignature, check_data_width
 from smartsage.rtl.compare import at_most, below
 from smartsage.rtl.control import ARGUMENTS, ControlRegisters, register_offset
 from smartsage.rtl.kernel import IMAGE_WORDS, SamplerKernel
-from smartsage.rtl.multiply import multiply_add_latency, multiply_add_low
+from smartsage.rtl.multiply import multiply_add_latency, multiply_add_low, split_accumulate
 from smartsage.rtl.position_sampler import PositionSampler
 from smartsage.rtl.rng import (
     MIX32_LATENCY,
@@ -177,6 +177,56 @@ def test_pipelined_multiply_add_gives_the_low_word_and_stalls():
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
+
+
+class _SplitAccumulator(Elaboratable):
+    def __init__(self):
+        self.addend, self.clear = Signal(24), Signal()
+        self.accumulator = Signal(24)
+        self.carry = None
+
+    def elaborate(self, platform):
+        m = Module()
+        self.carry = split_accumulate(m, self.accumulator, self.addend, 10)
+        with m.If(self.clear):
+            m.d.sync += [self.accumulator.eq(0), self.carry.eq(0)]
+        return m
+
+
+def test_split_accumulate_keeps_the_running_sum_and_settles_a_cycle_after():
+    """split_accumulate: accumulator + carry x 2^split is the running sum (mod 2^width) in every
+    cycle, with carries out of the low chain (all-ones addends, random ones, a clear mid-run), and the
+    accumulator alone is the sum one cycle after the last nonzero addend."""
+    rng = random.Random(_seed())
+    dut = _SplitAccumulator()
+    mask = (1 << 24) - 1
+    addends = [0x3FF, 0x3FF, 0x001, mask, mask] + [rng.getrandbits(24) for _ in range(80)]
+
+    async def bench(ctx):
+        total = 0
+        for index, addend in enumerate(addends):
+            clear = index == 40
+            ctx.set(dut.addend, addend)
+            ctx.set(dut.clear, clear)
+            await ctx.tick()
+            total = 0 if clear else (total + addend) & mask
+            running = (ctx.get(dut.accumulator) + (ctx.get(dut.carry) << 10)) & mask
+            assert running == total, f"after addend {index}"
+        ctx.set(dut.addend, 0)
+        ctx.set(dut.clear, 0)
+        await ctx.tick()
+        await ctx.tick()
+        assert ctx.get(dut.accumulator) == total and ctx.get(dut.carry) == 0
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusedElaboratable)   # (the module of the refused call)
+        with pytest.raises(ValueError, match="split 24 must lie inside"):
+            split_accumulate(Module(), Signal(24), Signal(24), 24)
+        gc.collect()
 
 
 @pytest.mark.parametrize("stall", [0.0, 0.4])

@@ -1,0 +1,49 @@
+"""Copies of a flag register for nets that would otherwise reach hundreds of loads.
+
+A flag that switches a whole bus (the aggregator's ownership of the storage and device-memory
+buses, the prefetcher's of a read engine) drives a multiplexer per bit: as one flip-flop its net
+spans the bus, and on the ECP5 timing proxy that net was 5-7 ns of routing in front of whatever
+the multiplexed handshake reaches (docs/synthesis.md). :func:`register_copies` gives such a flag
+several flip-flops that each load the flag's next value, so that each drives one group of the
+loads. Vivado replicates a high-fanout register by itself (``MAX_FANOUT``, ``phys_opt_design``);
+Yosys instead merges identical flip-flops (``opt_merge``), so on the proxy platform (``family ==
+"ecp5"``) each copy is a ``TRELLIS_FF`` instance (named ``<name><i>_ff``), which Yosys keeps, as the
+reset copies of :mod:`~smartsage.rtl.reset_copy` are. Elsewhere (export, Verilator, synth_xilinx)
+a copy is a plain register.
+
+The copies equal the flag in every cycle when they load the same next value and reset to the same
+value under the same domain's reset: the owner writes the flag as ``flag.eq(flag_next)`` with
+``flag_next`` a combinational signal (``flag`` by default, set or cleared where the flag's
+decisions are) and passes ``flag_next`` here.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import ClockSignal, Instance, Module, ResetSignal, Signal
+
+__all__ = ["trellis_register", "register_copies"]
+
+
+def trellis_register(m: Module, name: str, d, init: int, reset) -> Signal:
+    """A one-bit ``TRELLIS_FF`` instance named ``<name>_ff`` of the ``sync`` domain's clock: it loads
+    ``d`` in every cycle, is set to ``init`` while ``reset`` (synchronous) is high, and powers up
+    at ``init``."""
+    q = Signal(init=init, name=name)
+    m.submodules[f"{name}_ff"] = Instance("TRELLIS_FF", p_GSR="DISABLED", p_CEMUX="1", p_CLKMUX="CLK",
+                                           p_LSRMUX="LSR", p_REGSET="SET" if init else "RESET",
+                                           p_SRMODE="LSR_OVER_CE", i_CLK=ClockSignal(), i_DI=d,
+                                           i_LSR=reset, i_CE=1, o_Q=q)
+    return q
+
+
+def register_copies(m: Module, platform, name: str, d, count: int, init: int = 0) -> list[Signal]:
+    """``count`` one-bit registers named ``<name>0`` .. that load ``d`` in every cycle and reset to
+    ``init`` with the ``sync`` domain: ``TRELLIS_FF`` instances on the ECP5 proxy platform, plain
+    registers elsewhere."""
+    if count < 1:
+        raise ValueError(f"register_copies: {name} needs at least one copy, not {count}")
+    if getattr(platform, "family", None) == "ecp5":
+        return [trellis_register(m, f"{name}{i}", d, init, ResetSignal()) for i in range(count)]
+    copies = [Signal(init=init, name=f"{name}{i}") for i in range(count)]
+    m.d.sync += [copy.eq(d) for copy in copies]
+    return copies

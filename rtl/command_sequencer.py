@@ -15,7 +15,7 @@ image header words it reads are located in ``image_header.py``.
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, ResetInserter, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream
 from amaranth.lib.wiring import In, Out
 
@@ -45,9 +45,9 @@ from .job_dispatcher import node_job_layout
 from .kernel_block import KernelBlock, check_kernel_config
 from .multiply import split_accumulate
 from .node_list_collector import id_offset
+from .ping_pong_buffer import PingPongBuffer
 from .register_copies import register_copies
 from .rng import MIX32_LATENCY, mix32_pipelined
-from .stream_buffer import StreamBuffer
 from .tagged_read_stream import ReadPortSignature
 from .write_combiner import AppendWord
 
@@ -460,13 +460,15 @@ class CommandSequencer(KernelBlock):
         # machine: no state decoding in front of the count). The degree and the sample count
         # min(d, k) come with the pair (worked out as it was queued)
         # The heads come out of two-entry buffers (flip-flops, not the prefetcher's LUT-RAM FIFOs),
-        # emptied with the prefetcher's queues
+        # emptied with the prefetcher's queues: ping-pong buffers, so FRONTIER's hand-off moves their
+        # read pointers and enables none of their ~430 payload flip-flops
         # (a node's "usable" bit, in range and read, and a pair's "no samples" bit, count == 0, are
         # worked out on their way into the buffers: FRONTIER's decision reads bits, not the fields)
         head_node = data.StructLayout({"node": FrontierNode, "usable": 1})
-        m.submodules.nodes_head = nodes_head = ResetInserter(self.clear_jobs)(StreamBuffer(head_node))
+        m.submodules.nodes_head = nodes_head = PingPongBuffer(head_node)
         head_pair = data.StructLayout({"pair": IndptrPair, "none": 1})
-        m.submodules.pairs_head = pairs_head = ResetInserter(self.clear_jobs)(StreamBuffer(head_pair))
+        m.submodules.pairs_head = pairs_head = PingPongBuffer(head_pair)
+        m.d.comb += [nodes_head.clear.eq(self.clear_jobs), pairs_head.clear.eq(self.clear_jobs)]
         m.d.comb += [nodes_head.i.valid.eq(self.nodes.valid), self.nodes.ready.eq(nodes_head.i.ready),
                      nodes_head.i.payload.node.eq(self.nodes.payload),
                      nodes_head.i.payload.usable.eq(self.nodes.payload.in_range & ~self.nodes.payload.error)]

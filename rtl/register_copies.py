@@ -8,8 +8,8 @@ several flip-flops that each load the flag's next value, so that each drives one
 loads. Vivado replicates a high-fanout register by itself (``MAX_FANOUT``, ``phys_opt_design``);
 Yosys instead merges identical flip-flops (``opt_merge``), so on the proxy platform (``family ==
 "ecp5"``) each copy is a ``TRELLIS_FF`` instance (named ``<name><i>_ff``), which Yosys keeps, as the
-reset copies of :mod:`~smartsage.rtl.reset_copy` are. Elsewhere (export, Verilator, synth_xilinx)
-a copy is a plain register.
+reset copies of :mod:`~smartsage.rtl.reset_copy` are. Elsewhere (export, Verilator, synth_xilinx,
+the formal checks) the copies are one plain register.
 
 The copies equal the flag in every cycle when they load the same next value and reset to the same
 value under the same domain's reset: the owner writes the flag as ``flag.eq(flag_next)`` with
@@ -38,12 +38,14 @@ def trellis_register(m: Module, name: str, d, init: int, reset) -> Signal:
 
 def register_copies(m: Module, platform, name: str, d, count: int, init: int = 0) -> list[Signal]:
     """``count`` one-bit registers named ``<name>0`` .. that load ``d`` in every cycle and reset to
-    ``init`` with the ``sync`` domain: ``TRELLIS_FF`` instances on the ECP5 proxy platform, plain
-    registers elsewhere."""
+    ``init`` with the ``sync`` domain: ``TRELLIS_FF`` instances on the ECP5 proxy platform; elsewhere
+    one plain register named ``name``, ``count`` times."""
     if count < 1:
         raise ValueError(f"register_copies: {name} needs at least one copy, not {count}")
     if getattr(platform, "family", None) == "ecp5":
         return [trellis_register(m, f"{name}{i}", d, init, ResetSignal()) for i in range(count)]
-    copies = [Signal(init=init, name=f"{name}{i}") for i in range(count)]
-    m.d.sync += [copy.eq(d) for copy in copies]
-    return copies
+    # one register for every group: Vivado replicates it where it needs to; in simulation and in
+    # the formal checks no state exists where two copies differ
+    register = Signal(init=init, name=name)
+    m.d.sync += register.eq(d)
+    return [register] * count

@@ -179,6 +179,8 @@ def test_each_block_resets_from_its_own_copy_of_the_kernel_reset(exported, proxy
     import re
 
     from smartsage.rtl.command_sequencer import PrefetchOwners, bus_switch_copies
+    from smartsage.rtl.frontier_prefetcher import FrontierNode, IndptrPair
+    from smartsage.rtl.ping_pong_buffer import SELECT_GROUP
 
     copies = re.findall(r"TRELLIS_FF #\([^;]*?\)\s*(\w+) \(", proxy_verilog, flags=re.S)
     blocks = ["control", "sequencer", "prefetcher", "dispatcher", "storage_reader", "mem_reader",
@@ -188,5 +190,8 @@ def test_each_block_resets_from_its_own_copy_of_the_kernel_reset(exported, proxy
     flags = {"aggregating": bus_switch_copies(CONFIG), "prefetch": len(PrefetchOwners.members),
              "abandon": CONFIG.lanes + 1}
     flag_copies = [f"{flag}{i}_ff" for flag, count in flags.items() for i in range(count)]
+    # and the read pointers of the sequencer's two head buffers (rtl/ping_pong_buffer.py)
+    for width in (FrontierNode.size + 1, IndptrPair.size + 1):
+        flag_copies += [f"read_slot{i}_ff" for i in range(-(-width // SELECT_GROUP))]
     assert sorted(copies) == sorted([f"{block}_reset_ff" for block in blocks] + flag_copies), copies
     assert "TRELLIS_FF" not in exported["verilog"].read_text()

@@ -18,6 +18,7 @@ from smartsage.rtl.compare import at_most, below
 from smartsage.rtl.control import ARGUMENTS, ControlRegisters, register_offset
 from smartsage.rtl.kernel import IMAGE_WORDS, SamplerKernel
 from smartsage.rtl.multiply import multiply_add_latency, multiply_add_low, split_accumulate
+from smartsage.rtl.ping_pong_buffer import SELECT_GROUP, PingPongBuffer
 from smartsage.rtl.position_sampler import PositionSampler
 from smartsage.rtl.rng import (
     MIX32_LATENCY,
@@ -230,14 +231,17 @@ def test_split_accumulate_keeps_the_running_sum_and_settles_a_cycle_after():
 
 
 @pytest.mark.parametrize("stall", [0.0, 0.4])
-def test_stream_buffer_keeps_order_and_full_rate(stall):
+@pytest.mark.parametrize("buffer", [StreamBuffer, PingPongBuffer])
+def test_stream_buffer_keeps_order_and_full_rate(stall, buffer):
     """Every payload comes out once, in order; with a consumer that never stalls it runs one per
     cycle after one cycle of latency; ``i.ready`` and ``o.valid`` are registers (they do not follow
-    ``o.ready`` or ``i.valid`` in the same cycle)."""
+    ``o.ready`` or ``i.valid`` in the same cycle). The ping-pong buffer's payload is wider than one
+    group of its output multiplexer (two groups, each with its copy of the read pointer on the proxy)."""
     seed = _seed()
     rng = random.Random(seed)
-    dut = StreamBuffer(16)
-    sent = [rng.getrandbits(16) for _ in range(300)]
+    width = 16 if buffer is StreamBuffer else SELECT_GROUP + 16
+    dut = buffer(width)
+    sent = [rng.getrandbits(width) for _ in range(300)]
     received = []
     out_cycles = []
 
@@ -287,6 +291,51 @@ def test_stream_buffer_keeps_order_and_full_rate(stall):
     assert received == sent, seed
     if not stall:
         assert out_cycles == list(range(out_cycles[0], out_cycles[0] + len(sent)))
+
+
+def test_ping_pong_buffer_clear_drops_what_it_holds():
+    """``clear`` empties the buffer (both slots held before it, one after a push in the same cycle is
+    dropped too), and what comes after it comes out alone, in order."""
+    dut = PingPongBuffer(SELECT_GROUP + 8)
+
+    async def bench(ctx):
+        ctx.set(dut.o.ready, 0)
+        ctx.set(dut.i.payload, 10)     # one in and out first: the pointers are not where reset left them
+        ctx.set(dut.i.valid, 1)
+        await ctx.tick()
+        ctx.set(dut.i.valid, 0)
+        ctx.set(dut.o.ready, 1)
+        assert ctx.get(dut.o.payload) == 10
+        await ctx.tick()
+        ctx.set(dut.o.ready, 0)
+        for value in (11, 12):
+            ctx.set(dut.i.payload, value)
+            ctx.set(dut.i.valid, 1)
+            await ctx.tick()
+        assert not ctx.get(dut.i.ready) and ctx.get(dut.o.valid) and ctx.get(dut.o.payload) == 11
+        ctx.set(dut.o.ready, 1)       # the head taken in the cycle of the clear
+        ctx.set(dut.clear, 1)
+        await ctx.tick()
+        ctx.set(dut.o.ready, 0)
+        ctx.set(dut.clear, 0)
+        assert ctx.get(dut.idle) and not ctx.get(dut.o.valid) and ctx.get(dut.i.ready)
+        received = []
+        for value in (21, 22, 23):
+            ctx.set(dut.i.payload, value)
+            await ctx.tick()
+            ctx.set(dut.i.valid, 0)
+            ctx.set(dut.o.ready, 1)
+            assert ctx.get(dut.o.valid)
+            received.append(ctx.get(dut.o.payload))
+            await ctx.tick()
+            ctx.set(dut.o.ready, 0)
+            ctx.set(dut.i.valid, 1)
+        assert received == [21, 22, 23]
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
 
 
 def test_csd_digits_rebuild_the_constant_with_no_adjacent_digits():

@@ -32,16 +32,14 @@ class PingPongBuffer(wiring.Component):
     Parameters
     ----------
     shape : shape-like
-        The payload's shape (a layout, or a width).
+        The payload's shape, as for :class:`StreamBuffer`.
 
     Members
     -------
-    i : ``In(stream.Signature(shape))``
-    o : ``Out(stream.Signature(shape))``
+    i, o, idle
+        As :class:`StreamBuffer`'s.
     clear : ``In(1)``
         Empty the buffer (synchronous; the slots' contents are dropped).
-    idle : ``Out(1)``
-        Nothing held.
     """
 
     def __init__(self, shape):

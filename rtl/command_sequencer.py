@@ -15,7 +15,7 @@ image header words it reads are located in ``image_header.py``.
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Shape, Signal
 from amaranth.lib import data, stream
 from amaranth.lib.wiring import In, Out
 
@@ -35,7 +35,7 @@ from smartsage.spec.descriptor import (
     Status,
 )
 
-from .axi import ADDRESS_WIDTH
+from .axi import ADDRESS_WIDTH, AxiReadSignature, AxiSignature
 from .compare import below
 from .feature_aggregator import AggregateParameters
 from .frontier_prefetcher import FrontierNode, IndptrPair
@@ -73,9 +73,9 @@ def bus_switch_copies(config: KernelConfig) -> int:
     aggregator's incoming handshakes, one for the sampling engines', and one per
     :data:`BUS_SWITCH_GROUP` bits of the two buses' outgoing signals (the storage master's read
     channels, device memory's read and write channels)."""
-    read_out = ADDRESS_WIDTH + 8 + 3 + 2 + 2                        # AR and rready
-    write_out = ADDRESS_WIDTH + 8 + 3 + 2 + 1 + config.data_width * 9 // 8 + 3   # AW, W and bready
-    outgoing = 2 * read_out + write_out
+    outgoing = sum(Shape.cast(member.shape).width
+                   for signature in (AxiReadSignature(config.data_width), AxiSignature(config.data_width))
+                   for member in signature.members.values() if member.flow == Out)
     return 2 + -(-outgoing // BUS_SWITCH_GROUP)
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from .axi import ADDRESS_WIDTH, BURST_INCR, RESP_OKAY, AxiReadSignature, check_data_width
+from .free_slot_fifo import FreeSlotFIFO
 
 __all__ = ["BurstReader", "BurstRequest", "beat_layout", "PAGE_BYTES", "MAX_BURST_BEATS"]
 
@@ -86,9 +86,12 @@ class BurstReader(wiring.Component):
         offset_bits = max(size_log2, 1)
         burst_bytes = min(PAGE_BYTES, MAX_BURST_BEATS * data_bytes)   # a power of two
         bus = self.bus
-        meta = data.StructLayout({"beats": 9, "last": 1, "address": ADDRESS_WIDTH, "offset": offset_bits,
+        meta = data.StructLayout({"final_beat": 8, "last": 1, "address": ADDRESS_WIDTH, "offset": offset_bits,
                                   "length": LENGTH_WIDTH})
-        m.submodules.in_flight = in_flight = SyncFIFO(width=meta.size, depth=self.outstanding)
+        # (written at its free slot in every cycle, its ready flags flip-flops: the FIFO's level
+        # compare -> ARVALID -> the cursor's and the burst registers' enables was 9.4 ns on the ECP5
+        # proxy)
+        m.submodules.in_flight = in_flight = FreeSlotFIFO(width=meta.size, depth=self.outstanding)
 
         burst_log2 = burst_bytes.bit_length() - 1
         # the request being split: the next byte to read, the number of burst-sized blocks after
@@ -108,13 +111,13 @@ class BurstReader(wiring.Component):
         # count a difference of low bits (no carry chain runs through the request handshake)
         beat_address = Signal(ADDRESS_WIDTH)
         boundary = Signal(ADDRESS_WIDTH)
-        beats = Signal(9)
+        final_beat = Signal(8)          # the burst's beats less one (ARLEN)
         first_beat = cursor[size_log2:burst_log2]
         m.d.comb += [
             beat_address.eq(cursor & ~(data_bytes - 1)),
             boundary.eq(Cat(Const(0, burst_log2), cursor[burst_log2:] + 1)),
-            beats.eq(Mux(ends_here, last_in_block[size_log2:] - first_beat + 1,
-                         (burst_bytes >> size_log2) - first_beat)),
+            final_beat.eq(Mux(ends_here, last_in_block[size_log2:] - first_beat,
+                              (burst_bytes >> size_log2) - 1 - first_beat)),
         ]
         # the burst is presented from registers, so ARADDR/ARLEN hold while ARVALID waits
         presented = Signal()
@@ -135,8 +138,8 @@ class BurstReader(wiring.Component):
         with m.If(fire):
             m.d.sync += presented.eq(0)
         with m.If(active & can_present):
-            m.d.sync += [presented.eq(1), araddr.eq(beat_address), arlen.eq(beats - 1),
-                         entry.beats.eq(beats), entry.last.eq(ends_here), entry.address.eq(beat_address),
+            m.d.sync += [presented.eq(1), araddr.eq(beat_address), arlen.eq(final_beat),
+                         entry.final_beat.eq(final_beat), entry.last.eq(ends_here), entry.address.eq(beat_address),
                          entry.offset.eq(offset), entry.length.eq(length), cursor.eq(boundary)]
             with m.If(ends_here):
                 m.d.sync += active.eq(0)
@@ -154,10 +157,12 @@ class BurstReader(wiring.Component):
 
         # answers: the head burst labels its beats
         head = Signal(meta)
-        beat = Signal(9)
+        beat = Signal(8)
         m.d.comb += head.eq(in_flight.r_data)
         answer = self.response.payload
-        last_beat = beat == head.beats - 1
+        # (the burst's last beat index is queued with it, ARLEN: no subtraction behind the FIFO's
+        # LUT-RAM read in front of its pop, 11.5 ns on the ECP5 proxy)
+        last_beat = beat == head.final_beat
         m.d.comb += [
             self.response.valid.eq(bus.rvalid & in_flight.r_rdy),
             answer.data.eq(bus.rdata),

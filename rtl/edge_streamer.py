@@ -151,10 +151,15 @@ class EdgeStreamer(KernelBlock):
         answered = port.response.valid & port.response.ready
         answer_ids = port.answer_tag
         issuer_idle = Signal()
-        pending = Signal(range(cfg.outstanding_reads + 1))  # reads unanswered
-        m.d.sync += pending.eq(pending + (port.request.valid & port.request.ready) - answered)
+        # reads unanswered: ``pending`` counts the reads issued up to the cycle before last, plus
+        # ``issued``, the read of the cycle before (an answer comes a cycle after its read at the
+        # earliest), so the issue handshake reaches one flip-flop, not the count's adder (a sampler's
+        # position FIFO -> the issuer's read valid -> the count was 9.4 ns on the ECP5 proxy)
+        pending = Signal(range(cfg.outstanding_reads + 1))
+        issued = Signal()
+        m.d.sync += [issued.eq(port.request.valid & port.request.ready), pending.eq(pending + issued - answered)]
         with m.If(job_reset):
-            m.d.sync += pending.eq(0)
+            m.d.sync += [pending.eq(0), issued.eq(0)]
 
         # issuer, first half: take a job, start the sampler whose turn it is (d > k), queue a
         # ticket for the streaming half and the job's place for the collector (all in one cycle)
@@ -201,6 +206,16 @@ class EdgeStreamer(KernelBlock):
         m.d.sync += [tickets_room.eq(tickets.level < tickets.depth - 1),
                      collects_room.eq(collects.level < collects.depth - 1)]
         go = Signal()
+        # whether the sampler whose turn it is is ready, a flip-flop of the lane's (the samplers' ready
+        # registers, ANDed with the turn and ORed in front of ``go``, were two LUT levels of its
+        # 9.6-10.2 ns paths on the ECP5 proxy): loaded with the next ready of the sampler whose turn
+        # it is next, worked out for both turns from the samplers' ``ready_unless_taken`` (a job
+        # taken by a sampler moves the turn on to another) and picked by the job decision. It is low
+        # a cycle after a clear whatever the sampler's ready, so it also qualifies the request's valid
+        # (a sampler never takes a job the lane did not)
+        turn_ready = Signal()
+        turn_hot_next = Signal.like(turn_hot)
+        assert SAMPLERS_PER_LANE > 1, "a job taken by a sampler must move the turn to another"
         # whether the staged job is dense (d == k), a flip-flop beside the stage (a job written into
         # the stage is its head in the next cycle: one is written only while the stage is empty or
         # its head leaves), so no LUT-RAM read sits in front of ``go``
@@ -209,7 +224,7 @@ class EdgeStreamer(KernelBlock):
             m.d.sync += head_dense.eq(incoming.degree == incoming.count)
         m.d.comb += [
             offer.eq(staged_valid & tickets_room & collects_room & ~stopped),
-            go.eq(offer & (head_dense | (Cat(*(sampler.request.ready for sampler in samplers)) & turn_hot).any())),
+            go.eq(offer & (head_dense | turn_ready)),
             stage.r_en.eq(go),
             staged_in.key.eq(incoming.key), staged_in.degree.eq(incoming.degree), staged_in.count.eq(incoming.count),
             staged_in.edge_address.eq(incoming.edge_address), staged_in.node_address.eq(incoming.node_address),
@@ -230,14 +245,21 @@ class EdgeStreamer(KernelBlock):
             m.d.comb += [sampler.request.payload.key.eq(staged.key),
                          sampler.request.payload.degree.eq(staged.degree),
                          sampler.request.payload.fanout.eq(fanout),
-                         sampler.request.valid.eq(offer & ~head_dense & turn_hot[number])]
+                         sampler.request.valid.eq(offer & ~head_dense & turn_hot[number] & turn_ready)]
+        m.d.comb += turn_hot_next.eq(turn_hot)
         with m.If(go):
             m.d.comb += [tickets.w_en.eq(1), collects.w_en.eq(1)]
             with m.If(~head_dense):
-                m.d.sync += [turn.eq(Mux(turn == SAMPLERS_PER_LANE - 1, 0, turn + 1)),
-                             turn_hot.eq(turn_hot.rotate_left(1))]
+                m.d.sync += turn.eq(Mux(turn == SAMPLERS_PER_LANE - 1, 0, turn + 1))
+                m.d.comb += turn_hot_next.eq(turn_hot.rotate_left(1))
         with m.If(job_reset):
-            m.d.sync += [turn.eq(0), turn_hot.eq(1)]
+            m.d.sync += turn.eq(0)
+            m.d.comb += turn_hot_next.eq(1)
+        unless_taken = Cat(*(sampler.ready_unless_taken for sampler in samplers))
+        stays_ready = (unless_taken & turn_hot).any()
+        next_ready = (unless_taken & turn_hot.rotate_left(1)).any()
+        m.d.sync += [turn_hot.eq(turn_hot_next),
+                     turn_ready.eq(~samplers_reset & ~job_reset & Mux(go & ~head_dense, next_ready, stays_ready))]
 
         # issuer, second half: each ticket's reads, ticket after ticket
         positions_valid = Array(sampler.positions.valid for sampler in samplers)[ticket.sampler]
@@ -327,7 +349,7 @@ class EdgeStreamer(KernelBlock):
             self.storage_error_address.eq(collector.storage_error_address),
         ]
         wiring.connect(m, wiring.flipped(appends), collector.appends)
-        m.d.comb += [self.idle.eq(issuer_idle & ~jobs.valid & ~staged_valid & (pending == 0)
+        m.d.comb += [self.idle.eq(issuer_idle & ~jobs.valid & ~staged_valid & (pending == 0) & ~issued
                                   & (collector.failed | (collector.idle & answer_head.idle & ~answers.r_rdy
                                                          & collect_head.idle & ~collects.r_rdy))),
                      self.failed.eq(collector.failed)]

@@ -143,10 +143,13 @@ class FrontierPrefetcher(KernelBlock):
         # compare behind the width's select: 9.4 ns on the ECP5 proxy from the width's flip-flop)
         # (and a 64-bit id as its two 32-bit halves compared side by side: one 64-bit chain behind
         # the answer buffer was 9.85 ns on the ECP5 proxy)
-        narrow_id = Mux(arriving.address[2], arriving.data[32:64], arriving.data[:32])
+        # (a 32-bit id: both halves compared, one picked by the address, so no word select sits in
+        # front of a carry chain)
         high_id, low_id = arriving.data[32:64], arriving.data[:32]
-        wide_below = (high_id < num_nodes[32:]) | ((high_id == num_nodes[32:]) & (low_id < num_nodes[:32]))
-        in_range = ~arriving.error & Mux(wide_ids, wide_below, (num_nodes[32:] != 0) | (narrow_id < num_nodes[:32]))
+        low_below = low_id < num_nodes[:32]
+        wide_below = (high_id < num_nodes[32:]) | ((high_id == num_nodes[32:]) & low_below)
+        narrow_below = Mux(arriving.address[2], high_id < num_nodes[:32], low_below)
+        in_range = ~arriving.error & Mux(wide_ids, wide_below, (num_nodes[32:] != 0) | narrow_below)
         # every id taken gets its key H_v from a free-running pipeline (the id registered, two mix32
         # rounds) into ``node_keys``, in frontier order beside ``nodes_ahead``; ids taken and not yet
         # dispatched are at most ``ahead + 1`` (stage 1 and nodes_ahead), so the FIFO never overflows

@@ -71,6 +71,10 @@ class PositionSampler(wiring.Component):
         1..max_fanout.
     positions : ``Out(stream.Signature(32))``
         min(degree, fanout) positions, in sample order.
+    ready_unless_taken : ``Out(1)``
+        ``request.ready`` of the next cycle if this cycle takes no request (one taken leaves it low),
+        for a requester that keeps its own registered copy of whether the sampler it offers to is
+        ready (the sampler's reset, in the next cycle, clears ``request.ready`` whatever this says).
     """
 
     def __init__(self, max_fanout: int, draws_only: bool = False):
@@ -81,6 +85,7 @@ class PositionSampler(wiring.Component):
         super().__init__({
             "request": In(stream.Signature(PositionRequest)),
             "positions": Out(stream.Signature(32)),
+            "ready_unless_taken": Out(1),
         })
 
     @property
@@ -105,7 +110,8 @@ class PositionSampler(wiring.Component):
         sequential = Signal(32, reset_less=True)
         busy = Signal()
         busy_next = Signal()    # (set and cleared below; ``request.ready`` is registered from it)
-        m.d.comb += busy_next.eq(busy)
+        busy_kept = Signal()    # ``busy_next`` if no request is taken (a request is taken only while idle)
+        m.d.comb += [busy_next.eq(busy), busy_kept.eq(busy)]
         m.d.sync += busy.eq(busy_next)
         listing = Signal()      # d <= k: the positions 0..d-1 go out
         drawing = Signal()      # d > k: Floyd's draws
@@ -207,7 +213,9 @@ class PositionSampler(wiring.Component):
         # cycle (``busy_next`` of the cycle before) and that flag (its lane ORs the samplers' ready
         # into its job decision, whose fan-out made ~busy & few_waiting a 9.2 ns path on the ECP5 proxy)
         ready = Signal()
-        m.d.sync += ready.eq(~busy_next & (out.level <= 1))
+        few_waiting = out.level <= 1
+        m.d.comb += self.ready_unless_taken.eq(~busy_kept & few_waiting)
+        m.d.sync += ready.eq(~busy_next & few_waiting)
         m.d.comb += self.request.ready.eq(ready)
         req = self.request.payload
         with m.If(~busy):
@@ -226,7 +234,7 @@ class PositionSampler(wiring.Component):
             with m.If(out.w_rdy):
                 m.d.sync += [sequential.eq(sequential + 1), to_list.eq(to_list - 1)]
                 with m.If(to_list == 1):
-                    m.d.comb += busy_next.eq(0)
+                    m.d.comb += [busy_next.eq(0), busy_kept.eq(0)]
                     m.d.sync += listing.eq(0)
 
         # ---- Floyd: output of the decision stage (room was reserved when the draw was issued)
@@ -245,7 +253,7 @@ class PositionSampler(wiring.Component):
                             m.d.sync += chosen[i].eq(position)
                 m.d.sync += [count.eq(count + 1), chosen_valid.eq(Cat(1, chosen_valid[:-1]))]
                 with m.If(s_last):
-                    m.d.comb += busy_next.eq(0)
+                    m.d.comb += [busy_next.eq(0), busy_kept.eq(0)]
                     m.d.sync += drawing.eq(0)
 
             # slow path: hold the draw, flush the ones behind it, ask for the exact threshold

@@ -1,4 +1,5 @@
-"""Copies of a flag register for nets that would otherwise reach hundreds of loads.
+"""Copies of a flag register, or of a decision's last AND, for nets that would otherwise reach
+hundreds of loads.
 
 A flag that switches a whole bus (the aggregator's ownership of the storage and device-memory
 buses, the prefetcher's of a read engine) drives a multiplexer per bit: as one flip-flop its net
@@ -15,13 +16,21 @@ The copies equal the flag in every cycle when they load the same next value and 
 value under the same domain's reset: the owner writes the flag as ``flag.eq(flag_next)`` with
 ``flag_next`` a combinational signal (``flag`` by default, set or cleared where the flag's
 decisions are) and passes ``flag_next`` here.
+
+A handshake decision (a combinational AND of flags) that picks the next value of a few hundred
+registers cannot be a register; :func:`and_copies` copies its last AND instead: ``count`` ``LUT4``
+instances on the proxy (kept as the ``TRELLIS_FF`` copies are), each driving one group of the
+registers, so the decision's own nets reach ``count`` LUTs.
 """
 
 from __future__ import annotations
 
 from amaranth.hdl import ClockSignal, Instance, Module, ResetSignal, Signal
 
-__all__ = ["trellis_register", "register_copies"]
+__all__ = ["trellis_register", "register_copies", "and_copies"]
+
+#: ``LUT4`` truth table of ``A & B`` (whatever C and D are: both tied low).
+_LUT4_AND2 = 0x8888
 
 
 def trellis_register(m: Module, name: str, d, init: int, reset) -> Signal:
@@ -49,3 +58,18 @@ def register_copies(m: Module, platform, name: str, d, count: int, init: int = 0
     register = Signal(init=init, name=name)
     m.d.sync += register.eq(d)
     return [register] * count
+
+
+def and_copies(m: Module, platform, name: str, a, b, count: int) -> list[Signal]:
+    """``count`` copies of ``a & b`` named ``<name>0`` ..: ``LUT4`` instances named ``<name><i>_lut`` on
+    the ECP5 proxy platform; elsewhere one AND named ``name``, ``count`` times."""
+    if count < 1:
+        raise ValueError(f"and_copies: {name} needs at least one copy, not {count}")
+    if getattr(platform, "family", None) == "ecp5":
+        copies = [Signal(name=f"{name}{i}") for i in range(count)]
+        for i, z in enumerate(copies):
+            m.submodules[f"{name}{i}_lut"] = Instance("LUT4", p_INIT=_LUT4_AND2, i_A=a, i_B=b, i_C=0, i_D=0, o_Z=z)
+        return copies
+    both = Signal(name=name)
+    m.d.comb += both.eq(a & b)
+    return [both] * count

@@ -30,11 +30,16 @@ class StreamBuffer(wiring.Component):
     o : ``Out(stream.Signature(shape))``
     idle : ``Out(1)``
         Nothing held.
+    next_head : ``Out(shape)``
+        What ``o.payload`` shows in the next cycle if the head leaves now (or is empty): the skid's
+        payload, else the input's. For a consumer that works out, a cycle ahead, something of the
+        record it will hold.
     """
 
     def __init__(self, shape):
         self._shape = shape
-        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape)), "idle": Out(1)})
+        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape)), "idle": Out(1),
+                          "next_head": Out(shape)})
 
     def elaborate(self, platform):
         m = Module()
@@ -46,11 +51,11 @@ class StreamBuffer(wiring.Component):
         skid_valid = Signal()
         m.d.comb += [
             self.o.payload.eq(head), self.o.valid.eq(head_valid), self.i.ready.eq(~skid_valid),
-            self.idle.eq(~head_valid),
+            self.idle.eq(~head_valid), self.next_head.eq(Mux(skid_valid, skid, self.i.payload)),
         ]
         with m.If(~head_valid | self.o.ready):
             # the head is free (or leaves): the skid's payload first, else the input's
-            m.d.sync += [head.eq(Mux(skid_valid, skid, self.i.payload)), head_valid.eq(skid_valid | self.i.valid),
+            m.d.sync += [head.eq(self.next_head), head_valid.eq(skid_valid | self.i.valid),
                          skid_valid.eq(0)]
         with m.Elif(self.i.valid & ~skid_valid):
             m.d.sync += skid_valid.eq(1)

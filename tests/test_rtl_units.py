@@ -235,7 +235,8 @@ def test_split_accumulate_keeps_the_running_sum_and_settles_a_cycle_after():
 def test_stream_buffer_keeps_order_and_full_rate(stall, buffer):
     """Every payload comes out once, in order; with a consumer that never stalls it runs one per
     cycle after one cycle of latency; ``i.ready`` and ``o.valid`` are registers (they do not follow
-    ``o.ready`` or ``i.valid`` in the same cycle). The ping-pong buffer's payload is wider than one
+    ``o.ready`` or ``i.valid`` in the same cycle); the stream buffer's ``next_head`` is the payload it
+    shows after a cycle where its head left or was empty. The ping-pong buffer's payload is wider than one
     group of its output multiplexer (two groups, each with its copy of the read pointer on the proxy)."""
     seed = _seed()
     rng = random.Random(seed)
@@ -257,9 +258,16 @@ def test_stream_buffer_keeps_order_and_full_rate(stall, buffer):
             if stall and rng.random() < stall:
                 await ctx.tick()
 
+    following = []   # (the StreamBuffer's) next_head where the head left or was empty, and what came next
+
     async def monitor(ctx):
         cycle = 0
-        async for _, _, o_valid, o_ready, payload in ctx.tick().sample(dut.o.valid, dut.o.ready, dut.o.payload):
+        loads = None
+        signals = (dut.o.valid, dut.o.ready, dut.o.payload) + ((dut.next_head,) if buffer is StreamBuffer else ())
+        async for _, _, o_valid, o_ready, payload, *next_head in ctx.tick().sample(*signals):
+            if loads is not None and o_valid:
+                following.append((loads, payload))
+            loads = next_head[0] if next_head and (not o_valid or o_ready) else None
             if o_valid and o_ready:
                 received.append(payload)
                 out_cycles.append(cycle)
@@ -291,6 +299,8 @@ def test_stream_buffer_keeps_order_and_full_rate(stall, buffer):
     assert received == sent, seed
     if not stall:
         assert out_cycles == list(range(out_cycles[0], out_cycles[0] + len(sent)))
+    if buffer is StreamBuffer:   # what it said would come next came next
+        assert len(following) > len(sent) // 2 and all(said == came for said, came in following), seed
 
 
 def test_ping_pong_buffer_clear_drops_what_it_holds():

@@ -72,13 +72,14 @@ WALK_GROUP = 32
 
 def bus_switch_copies(config: KernelConfig) -> int:
     """Copies of the sequencer's ``aggregating`` flag the kernel's bus switch uses: one for the
-    aggregator's incoming handshakes, one for the sampling engines', and one per
+    aggregator's incoming handshakes on each bus (storage, device memory), one for the sampling
+    engines', and one per
     :data:`BUS_SWITCH_GROUP` bits of the two buses' outgoing signals (the storage master's read
     channels, device memory's read and write channels)."""
     outgoing = sum(Shape.cast(member.shape).width
                    for signature in (AxiReadSignature(config.data_width), AxiSignature(config.data_width))
                    for member in signature.members.values() if member.flow == Out)
-    return 2 + -(-outgoing // BUS_SWITCH_GROUP)
+    return 3 + -(-outgoing // BUS_SWITCH_GROUP)
 
 
 class CommandSequencer(KernelBlock):

@@ -216,6 +216,7 @@ class FeatureAggregator(wiring.Component):
         # its size in bytes, a register set with it (no shifter of ``unit_log2`` in front of the
         # self piece's size compare and the pieces buffer: 9.2 ns on the ECP5 proxy)
         unit_bytes = Signal(range(data_bytes + 1))
+        unit_mask = Signal(range(data_bytes))       # unit_bytes - 1
         row_bytes = Signal(34)
         loaded = self.parameters
         with m.If(self.start & ~running):
@@ -224,6 +225,7 @@ class FeatureAggregator(wiring.Component):
                          size_log2.eq(element_log2(loaded.feature_dtype)),
                          unit_log2.eq(unit_log2_next),
                          unit_bytes.eq(Const(1, unit_bytes.shape()) << unit_log2_next),
+                         unit_mask.eq((Const(1, unit_bytes.shape()) << unit_log2_next) - 1),
                          row_bytes.eq(loaded.feature_dim << element_log2(loaded.feature_dtype))]
         m.d.comb += unpacker.unit_log2.eq(unit_log2)
 
@@ -613,11 +615,16 @@ class FeatureAggregator(wiring.Component):
         # the bytes of the row already written (unit_index << unit_log2), a register stepped with
         # unit_index: no shifter in front of the piece's address and size
         written_bytes = Signal(16)
-        left_bytes = record.bytes - written_bytes
+        # a row's last unit holds its bytes modulo the unit size (a whole unit when that is 0), every
+        # other unit a whole one: worked out from the record and the unit size, no subtraction of
+        # the bytes written; and the address as a 16-bit sum whose carry picks the high bits or the
+        # high bits plus one (no 64-bit carry chain behind ``written_bytes``: 9.2 ns on the ECP5 proxy)
+        tail_bytes = record.bytes[:len(unit_mask)] & unit_mask
+        low_address = record.dest[:16] + written_bytes
         m.d.comb += [
             self_piece.data.eq(unit.data),
-            self_piece.nbytes.eq(Mux(left_bytes < unit_bytes, left_bytes, unit_bytes)),
-            self_piece.address.eq(record.dest + written_bytes),
+            self_piece.nbytes.eq(Mux(unit.last & (tail_bytes != 0), tail_bytes, unit_bytes)),
+            self_piece.address.eq(Cat(low_address[:16], Mux(low_address[16], record.dest[16:] + 1, record.dest[16:]))),
             self_piece.flush.eq(unit.last),
         ]
 

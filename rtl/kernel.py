@@ -293,10 +293,12 @@ class SamplerKernel(wiring.Component):
             sequencer.aggregator_write_error_address.eq(aggregator.write_error_address),
         ]
         # (each copy of the sequencer's ``aggregating`` flag drives one group of the switch below:
-        # the aggregator's incoming handshakes, the sampling engines', and BUS_SWITCH_GROUP bits of
-        # the outgoing signals each)
+        # the aggregator's incoming handshakes on the storage bus (its row reader's) and on device
+        # memory (its id reader's and writer's), the sampling engines', and BUS_SWITCH_GROUP bits of
+        # the outgoing signals each; one copy for both of the aggregator's buses ran across it into
+        # the row reader's cursor, 9.4 ns on the ECP5 proxy)
         switch = sequencer.aggregating
-        aggregator_side, sampler_side, *outgoing_copies = (switch[i] for i in range(switch.shape().length))
+        storage_side, mem_side, sampler_side, *outgoing_copies = (switch[i] for i in range(switch.shape().length))
 
         # ---- the buses, while the aggregator runs: its engines instead of the sampler's (overriding
         # the connections above); otherwise its engines see an idle bus. Only the handshakes coming
@@ -305,8 +307,9 @@ class SamplerKernel(wiring.Component):
         # both read-data buses (on the ECP5 proxy that net, into the prefetcher's pair stage and the
         # descriptor words, was the whole kernel's critical path: 12.7 ns, 79.0 MHz)
         outgoing = []   # (the bus's signal, the aggregator's) of every outgoing member
-        for ours, theirs, samplers in ((self.m_axi_storage, aggregator.storage, (storage.bus,)),
-                                       (self.m_axi_mem, aggregator.mem, (mem.bus, combiner.bus))):
+        for ours, theirs, samplers, aggregator_side in (
+                (self.m_axi_storage, aggregator.storage, (storage.bus,), storage_side),
+                (self.m_axi_mem, aggregator.mem, (mem.bus, combiner.bus), mem_side)):
             for name, member in theirs.signature.members.items():
                 if member.flow == In:
                     value = getattr(ours, name)

@@ -175,7 +175,7 @@ def test_state_machines_are_one_hot_on_the_timing_proxy_only(exported, proxy_ver
 def test_each_block_resets_from_its_own_copy_of_the_kernel_reset(exported, proxy_verilog):
     """On the ECP5 proxy every block's reset is a ``TRELLIS_FF`` of its own (Yosys would merge plain
     copies into one flip-flop driving every block), as is each copy of the sequencer's flags that
-    drive many loads; the exported Verilog has plain registers."""
+    drive many loads and of a lane collector's error flag; the exported Verilog has plain registers."""
     import re
 
     from smartsage.rtl.command_sequencer import PrefetchOwners, bus_switch_copies
@@ -190,6 +190,8 @@ def test_each_block_resets_from_its_own_copy_of_the_kernel_reset(exported, proxy
     flags = {"aggregating": bus_switch_copies(CONFIG), "prefetch": len(PrefetchOwners.members),
              "abandon": CONFIG.lanes + 1}
     flag_copies = [f"{flag}{i}_ff" for flag, count in flags.items() for i in range(count)]
+    # and each lane collector's error flag: one for its handshakes, one for ``failed``
+    flag_copies += [f"error{i}_ff" for _ in range(CONFIG.lanes) for i in range(2)]
     # and the read pointers of the sequencer's two head buffers (rtl/ping_pong_buffer.py)
     for width in (FrontierNode.size + 1, IndptrPair.size + 1):
         flag_copies += [f"read_slot{i}_ff" for i in range(-(-width // SELECT_GROUP))]

@@ -20,6 +20,7 @@ from smartsage.rtl.kernel import IMAGE_WORDS, SamplerKernel
 from smartsage.rtl.multiply import multiply_add_latency, multiply_add_low, split_accumulate
 from smartsage.rtl.ping_pong_buffer import SELECT_GROUP, PingPongBuffer
 from smartsage.rtl.position_sampler import PositionSampler
+from smartsage.rtl.register_copies import and_copies, register_copies
 from smartsage.rtl.rng import (
     MIX32_LATENCY,
     MULTIPLY_LATENCY,
@@ -31,6 +32,23 @@ from smartsage.rtl.rng import (
 )
 from smartsage.rtl.stream_buffer import StreamBuffer
 from smartsage.spec import rng as spec_rng
+
+
+def _simulate(dut, bench) -> None:
+    """Run one testbench on ``dut`` with a clock."""
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+
+
+def _refused(match: str, call) -> None:
+    """``call()`` raises ValueError matching ``match`` (the Module it was given is left unused)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusedElaboratable)
+        with pytest.raises(ValueError, match=match):
+            call()
+        gc.collect()
 
 
 def _seed() -> int:
@@ -219,15 +237,8 @@ def test_split_accumulate_keeps_the_running_sum_and_settles_a_cycle_after():
         await ctx.tick()
         assert ctx.get(dut.accumulator) == total and ctx.get(dut.carry) == 0
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UnusedElaboratable)   # (the module of the refused call)
-        with pytest.raises(ValueError, match="split 24 must lie inside"):
-            split_accumulate(Module(), Signal(24), Signal(24), 24)
-        gc.collect()
+    _simulate(dut, bench)
+    _refused("split 24 must lie inside", lambda: split_accumulate(Module(), Signal(24), Signal(24), 24))
 
 
 @pytest.mark.parametrize("stall", [0.0, 0.4])
@@ -728,3 +739,27 @@ def test_free_slot_fifo_behaves_as_sync_fifo(depth):
     sim.add_testbench(bench)
     sim.run()
     assert seen["full"] and seen["empty"] and seen["reads"] > 300, seen
+
+
+def test_copies_equal_their_flag_or_and_and_refuse_no_copy():
+    """Off the ECP5 proxy, ``register_copies`` is one register that loads ``d`` each cycle and
+    ``and_copies`` one AND, each returned ``count`` times; asking for no copy is refused by name."""
+    m = Module()
+    a, b, d = Signal(), Signal(), Signal()
+    copies = register_copies(m, None, "flag", d, 3, init=1)
+    ands = and_copies(m, None, "both", a, b, 4)
+    assert len(copies) == 3 and len(ands) == 4
+
+    async def bench(ctx):
+        assert all(ctx.get(c) == 1 for c in copies)   # init
+        for step in range(8):
+            ctx.set(d, step & 1)
+            ctx.set(a, step >> 1 & 1)
+            ctx.set(b, step >> 2 & 1)
+            assert all(ctx.get(x) == (step >> 1 & 1) & (step >> 2 & 1) for x in ands)
+            await ctx.tick()
+            assert all(ctx.get(c) == step & 1 for c in copies)
+
+    _simulate(m, bench)
+    _refused("flag needs at least one copy", lambda: register_copies(Module(), None, "flag", d, 0))
+    _refused("both needs at least one copy", lambda: and_copies(Module(), None, "both", a, b, 0))

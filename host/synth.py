@@ -32,7 +32,7 @@ from smartsage.spec.config import KernelConfig, get_config
 
 __all__ = [
     "KU15P", "ECP5_PROXY_MHZ", "LINT_WAIVERS", "ToolMissing", "SynthError", "LintReport", "Resources",
-    "TimingReport", "timing_harness", "export", "lint", "synth_xilinx", "timing_ecp5", "run_synth",
+    "TimingReport", "timing_harness", "export", "lint", "synth_xilinx", "timing_ecp5", "run_order", "run_synth",
     "resource_table_markdown", "masters_table_markdown", "tool_missing",
 ]
 
@@ -511,6 +511,27 @@ def masters_table_markdown(configs: list[str] | tuple[str, ...]) -> str:
     return "\n".join(lines)
 
 
+#: A place and route of the proxy against a synth_xilinx of the same build, in time (sixteenth session,
+#: `small`: 977 s against 255 s).
+_PNR_WORK_RATIO = 4
+
+
+def run_order(configs, timing_configs) -> list[tuple[str, str]]:
+    """The runs of :func:`run_synth`, ``("xilinx" | "ecp5", config)``, longest expected first.
+
+    Longest first keeps the longest run from starting last on a 2-core machine: with the defaults,
+    ``default``'s synth_xilinx (20 minutes) starts beside the proxy of ``small`` (16), and ``small``'s
+    synth_xilinx (4) follows the proxy, instead of following the one it used to wait behind. A
+    synthesis's time grows with the datapath, lanes x data width; a place and route takes about
+    :data:`_PNR_WORK_RATIO` times its build's synthesis."""
+    def work(config: KernelConfig) -> int:
+        return config.lanes * config.data_width
+
+    runs = [(work(get_config(n)), "xilinx", n) for n in configs]
+    runs += [(_PNR_WORK_RATIO * work(get_config(n)), "ecp5", n) for n in timing_configs]
+    return [(kind, name) for _, kind, name in sorted(runs, key=lambda r: -r[0])]
+
+
 def run_synth(out_dir: str | os.PathLike, configs: list[str] | tuple[str, ...] = ("small", "default"),
               timing_configs: list[str] | tuple[str, ...] = ("small",), jobs: int | None = None) -> dict:
     """Export, lint and synthesize every configuration, and run the ECP5 timing proxy on
@@ -533,10 +554,13 @@ def run_synth(out_dir: str | os.PathLike, configs: list[str] | tuple[str, ...] =
         except DoesNotFit as error:
             return error
 
+    timing, synthesized = {}, {}
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-        # the longest runs (the timing proxies) first
-        timing = {name: pool.submit(ecp5, name) for name in timing_configs}
-        synthesized = {name: pool.submit(xilinx, name) for name in configs}
+        for kind, name in run_order(configs, timing_configs):
+            if kind == "ecp5":
+                timing[name] = pool.submit(ecp5, name)
+            else:
+                synthesized[name] = pool.submit(xilinx, name)
         for name, future in synthesized.items():
             results["lint"][name], resources = future.result()
             results["resources"].append(resources)

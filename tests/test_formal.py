@@ -71,3 +71,24 @@ def test_missing_yosys_abc_is_named(monkeypatch, tmp_path):
     monkeypatch.setattr(common.shutil, "which", which)
     with pytest.raises(formal.FormalToolMissing, match="yosys-abc is not installed"):
         formal.run_check(formal.CHECKS["burst_reader_bounded"], tmp_path)
+
+
+def test_cli_runs_checks_side_by_side_and_reports_them_in_order(tmp_path, capsys):
+    from smartsage.host.cli import main
+
+    names = ["read_engine", "control"]
+    assert main(["rtl", "formal", *(a for n in names for a in ("--check", n)), "-j", "2", "-o", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == names, lines
+    assert all(": PASS (" in line for line in lines), lines
+    cpu = [float(line.rsplit(", ", 1)[1].split()[0]) for line in lines]
+    assert all(c > 0 for c in cpu), lines   # each check's own solver time, from its worker process
+    for name in names:
+        assert (tmp_path / name).is_dir()
+
+
+def test_cli_refuses_no_jobs(tmp_path):
+    from smartsage.host.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["rtl", "formal", "--check", "control", "-j", "0", "-o", str(tmp_path)])

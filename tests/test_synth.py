@@ -120,3 +120,11 @@ def test_block_timing_names_an_unknown_block_and_builds_every_known_one(tmp_path
     for name, factory in synth._timing_blocks().items():
         module, ports = synth.scan_harness(factory(CONFIG))
         assert "chain_in" in rtlil.convert(module, ports=ports), name
+
+
+def test_runs_start_longest_first():
+    # nox -s synth's defaults: default's synth_xilinx (20 min) must not wait behind small's (4)
+    assert synth.run_order(("small", "default"), ("small",)) == [
+        ("xilinx", "default"), ("ecp5", "small"), ("xilinx", "small")]
+    # a place and route outweighs its own build's synthesis
+    assert synth.run_order(("wide2",), ("wide2",)) == [("ecp5", "wide2"), ("xilinx", "wide2")]

@@ -8,6 +8,7 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from .axi import ADDRESS_WIDTH, BURST_INCR, RESP_OKAY, AxiWriteSignature, check_data_width
+from .ping_pong_buffer import PingPongBuffer
 from .stream_buffer import StreamBuffer
 
 __all__ = ["BeatWriter", "piece_layout", "WRITE_BURST_BEATS"]
@@ -91,20 +92,27 @@ class BeatWriter(wiring.Component):
         m.submodules.bursts = bursts = SyncFIFO(width=burst_layout.size, depth=4)
         m.submodules.lengths = lengths = SyncFIFO(width=8, depth=4)
 
-        # holding beat (bytes not strobed are kept zero)
-        hold_valid, hold_flush = Signal(), Signal()
-        hold_address = Signal(ADDRESS_WIDTH)
-        hold_data = Signal(width)
-        hold_strobe = Signal(data_bytes)
+        # holding beat (bytes not strobed are kept zero). Its payload registers, and the others below
+        # read only under a flag of their own (the open burst's, the previous piece's and beat's), are
+        # reset-less: the aggregator's reset reaches the flags only (into every one of them it was an
+        # 8.2 ns net on the ECP5 proxy)
+        hold_valid = Signal()
+        hold_flush, hold_high = Signal(reset_less=True), Signal(reset_less=True)
+        hold_address = Signal(ADDRESS_WIDTH, reset_less=True)
+        hold_data = Signal(width, reset_less=True)
+        hold_strobe = Signal(data_bytes, reset_less=True)
 
-        # a merged beat waits in ``merged`` (two entries: its ``w_rdy`` is a register, so the piece's
-        # handshake does not run through the burst logic below); from there it joins the open burst if
+        # a merged beat waits in ``merged`` (two entries: its ready is a register, so the piece's
+        # handshake does not run through the burst logic below; a ping-pong buffer, so taking a beat
+        # moves a read pointer, copied per group of the beat's bits, and the burst decision reads the
+        # beat through one multiplexer: behind a FIFO's read address it was an 8.8 ns path on the ECP5
+        # proxy, into the FIFO's level); from there it joins the open burst if
         # it is the next beat of it in the same 4 KiB page (``follows``, a bit worked out as it was
         # merged), else the open burst is closed first; a burst is also closed at WRITE_BURST_BEATS
         # beats and on a cycle without a beat
         beat_layout = data.StructLayout({"address": ADDRESS_WIDTH, "data": width, "strobe": data_bytes,
                                          "first_byte": range(data_bytes), "follows": 1})
-        m.submodules.merged = merged = SyncFIFO(width=beat_layout.size, depth=2)
+        m.submodules.merged = merged = PingPongBuffer(beat_layout)
         want = Signal()
         emit_address = Signal(ADDRESS_WIDTH)
         emit_data = Signal(width)
@@ -113,30 +121,31 @@ class BeatWriter(wiring.Component):
         for i in reversed(range(data_bytes)):
             with m.If(emit_strobe[i]):
                 m.d.comb += first_byte.eq(i)
-        can_emit = merged.w_rdy
+        can_emit = merged.i.ready
         # whether a beat follows the beat merged before it in the same 4 KiB page (a run's next
         # address is its last joined beat's + a beat, and beats join in the order they are merged):
         # worked out as the beat goes in, so the burst logic reads one bit of the buffer, not an
         # address compare. Each candidate (the holding beat, the piece's beat) is compared from
         # registers in ``emit`` and the result picked with the address, so no compare sits behind
         # the piece's handshake
-        emitted_next = Signal(ADDRESS_WIDTH)   # the last merged beat's address + data_bytes
+        emitted_next = Signal(ADDRESS_WIDTH, reset_less=True)   # the last merged beat's address + data_bytes
+        # (read only for a beat that may join an open burst: the burst's first beat set it)
         follows = Signal()
         emit_next = Signal(ADDRESS_WIDTH)      # the merged beat's address + data_bytes
-        m.d.comb += [merged.w_data.eq(Cat(emit_address, emit_data, emit_strobe, first_byte, follows)),
-                     merged.w_en.eq(want)]
+        m.d.comb += [merged.i.payload.eq(Cat(emit_address, emit_data, emit_strobe, first_byte, follows)),
+                     merged.i.valid.eq(want)]
         with m.If(want & can_emit):
             m.d.sync += emitted_next.eq(emit_next)
 
-        beat = beat_layout(merged.r_data)
+        beat = merged.o.payload
         run_open = Signal()
-        run = Signal(burst_layout)
+        run = Signal(burst_layout, reset_less=True)     # (read while ``run_open``)
         continues = Signal()
         m.d.comb += continues.eq(run_open & beat.follows & (run.beats < WRITE_BURST_BEATS))
         closing = Signal()
-        m.d.comb += closing.eq(run_open & (~merged.r_rdy | ~continues))
-        joined = merged.r_rdy & beats.w_rdy & (~closing | (bursts.w_rdy & lengths.w_rdy))
-        m.d.comb += [beats.w_data.eq(Cat(beat.data, beat.strobe)), beats.w_en.eq(joined), merged.r_en.eq(joined),
+        m.d.comb += closing.eq(run_open & (~merged.o.valid | ~continues))
+        joined = merged.o.valid & beats.w_rdy & (~closing | (bursts.w_rdy & lengths.w_rdy))
+        m.d.comb += [beats.w_data.eq(Cat(beat.data, beat.strobe)), beats.w_en.eq(joined), merged.o.ready.eq(joined),
                      bursts.w_data.eq(run), lengths.w_data.eq(run.beats - 1)]
         with m.If(closing & bursts.w_rdy & lengths.w_rdy):
             m.d.comb += [bursts.w_en.eq(1), lengths.w_en.eq(1)]
@@ -188,8 +197,9 @@ class BeatWriter(wiring.Component):
         incoming = self.piece.payload
         incoming_beat = incoming.address[size_log2:]
         incoming_end = incoming.address[:size_log2] + incoming.nbytes   # one past its last byte
-        previous_beat = Signal(ADDRESS_WIDTH - size_log2)
-        previous_next = Signal(ADDRESS_WIDTH - size_log2)   # previous_beat + 1
+        # (read for a piece that may merge into the holding beat: the piece before it set them)
+        previous_beat = Signal(ADDRESS_WIDTH - size_log2, reset_less=True)
+        previous_next = Signal(ADDRESS_WIDTH - size_log2, reset_less=True)   # previous_beat + 1
         m.d.comb += [stage.i.valid.eq(self.piece.valid), self.piece.ready.eq(stage.i.ready),
                      stage.i.payload.piece.eq(incoming),
                      stage.i.payload.same_low.eq(incoming_beat == previous_beat),
@@ -215,7 +225,7 @@ class BeatWriter(wiring.Component):
         low_strobe = mask[:data_bytes]
         high_strobe = mask[data_bytes:]
         bytes_mask = Cat(*(low_strobe[i].replicate(8) for i in range(data_bytes)))
-        hold_high = Signal()   # the holding beat is the spill of the piece before (else that piece's beat)
+        # (``hold_high``: the holding beat is the spill of the piece before, else that piece's beat)
         same = hold_valid & Mux(hold_high, staged.same_high, staged.same_low)
         merged_data = Mux(same, hold_data, 0) | (placed[:width] & bytes_mask)
         merged_strobe = Mux(same, hold_strobe, 0) | low_strobe
@@ -245,7 +255,7 @@ class BeatWriter(wiring.Component):
         m.d.comb += [
             bus.bready.eq(in_flight.r_rdy),
             in_flight.r_en.eq(bus.bvalid & bus.bready),
-            self.idle.eq(stage.idle & ~in_flight.r_rdy & ~hold_valid & ~merged.r_rdy & ~run_open & ~bursts.r_rdy
+            self.idle.eq(stage.idle & ~in_flight.r_rdy & ~hold_valid & ~merged.o.valid & ~run_open & ~bursts.r_rdy
                          & ~beats.r_rdy),
         ]
         with m.If(bus.bvalid & bus.bready & (bus.bresp != RESP_OKAY) & ~self.error):

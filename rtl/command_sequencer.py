@@ -323,6 +323,11 @@ class CommandSequencer(KernelBlock):
         frontier_index = Signal(64)
         frontier_end = Signal()     # frontier_index == frontier_size, as a register (during a hop)
         frontier_size = Signal(64)
+        # frontier_size - 1, loaded in every HOP cycle (frontier_size is set before HOP): the walk's end
+        # is ``frontier_index == frontier_last`` as a node is taken, a compare of two registers (as
+        # ``frontier_index + 1 == frontier_size``, a carry chain in front of the compare, it was an
+        # 8.7 ns path on the ECP5 proxy)
+        frontier_last = Signal(64)
         counts_base = Signal(64)
         written = Signal(64)
         nodes_room = Signal(64)     # nodes_capacity - written (from the descriptor check on)
@@ -542,7 +547,7 @@ class CommandSequencer(KernelBlock):
             m.d.sync += register.eq(Cat(Mux(next(walk_takes), stepped[bit:bit + WALK_GROUP],
                                             register[bit:bit + WALK_GROUP])
                                         for bit in range(0, len(register), WALK_GROUP)))
-        m.d.sync += frontier_end.eq(Mux(next(walk_takes), frontier_index + 1 == frontier_size, frontier_end))
+        m.d.sync += frontier_end.eq(Mux(next(walk_takes), frontier_index == frontier_last, frontier_end))
         with m.If(handing):
             m.d.comb += [self.job.valid.eq(fields_out.ready & (count != 0)), fields_out.valid.eq(dispatchable)]
             with m.If(dispatched):
@@ -648,7 +653,7 @@ class CommandSequencer(KernelBlock):
                 # prefetcher takes it while it is not active)
                 m.d.sync += self.restart_prefetch.eq(1)
                 m.d.sync += [frontier_index.eq(0), frontier_end.eq(frontier_size == 0),
-                             count_address.eq(counts_ptr + (counts_base << 2))]
+                             frontier_last.eq(frontier_size - 1), count_address.eq(counts_ptr + (counts_base << 2))]
                 # |F_{L-1}| x F's operands load in every HOP cycle (the product is read only after
                 # the last hop's): the last hop's decision enables none of their 224 flip-flops
                 m.d.sync += [feature_bytes.eq(0), carry.eq(0), multiplicand.eq(last_size), multiplier.eq(feature_dim)]

@@ -67,6 +67,7 @@ from .free_slot_fifo import FreeSlotFIFO
 from .fsm_encoding import encode_states
 from .multiply import multiply_add_latency, multiply_add_low
 from .read_stream import ReadStream
+from .register_copies import register_copies
 from .row_unpacker import RowUnpacker, unit_layout
 from .stream_buffer import StreamBuffer
 
@@ -197,7 +198,13 @@ class FeatureAggregator(wiring.Component):
 
         p = Signal(AggregateParameters)
         running = Signal()
-        draining = Signal()     # an error: nothing new is issued, everything in flight finishes
+        # ``draining``: an error; nothing new is issued, everything in flight finishes. Set and cleared
+        # as ``draining_next``, and a flip-flop per part of the block that reads it, so no one net
+        # reaches every decision it gates (as one flip-flop it was an 8.4 ns path on the ECP5 proxy,
+        # into the finished chunks' count)
+        draining_next = Signal()
+        d_loader, d_issuer, d_consumer, d_sums, d_writer = register_copies(m, platform, "draining", draining_next, 5)
+        m.d.comb += draining_next.eq(d_loader)
         m.d.comb += self.busy.eq(running)
 
         # what the feature type decides, as registers loaded at ``start`` (no decoding in front of
@@ -233,8 +240,9 @@ class FeatureAggregator(wiring.Component):
             return Mux(wide, word.data, Mux(word.address[2], word.data[32:], word.data[:32]))
 
         def fail(address):
-            with m.If(~draining):
-                m.d.sync += [draining.eq(1), self.error.eq(1), self.error_address.eq(address)]
+            with m.If(~d_loader):
+                m.d.comb += draining_next.eq(1)
+                m.d.sync += [self.error.eq(1), self.error_address.eq(address)]
 
         # ---- group buffers (two): counts, row addresses, self destinations, sample row addresses
         group_k = Array(Signal(range(SLOTS + 1), name=f"group{g}_k") for g in range(2))
@@ -277,20 +285,20 @@ class FeatureAggregator(wiring.Component):
         load_count = Signal(range(max_fanout + 1))     # the count of entry load_e (L_SAMPLES)
         with m.FSM(name="load_issue") as fsm:
             with m.State("L_IDLE"):
-                with m.If(running & ~draining & (load_left != 0) & group_free[load_group]):
+                with m.If(running & ~d_loader & (load_left != 0) & group_free[load_group]):
                     m.d.sync += [load_k.eq(_at_most_slots(load_left)), load_e.eq(0),
                                  counted[load_group].eq(0)]
                     m.d.sync += group_free[load_group].eq(0)
                     m.next = "L_COUNTS"
             with m.State("L_COUNTS"):
-                m.d.comb += [ids.request.valid.eq(~draining), ids.request.payload.eq(count_cursor)]
+                m.d.comb += [ids.request.valid.eq(~d_loader), ids.request.payload.eq(count_cursor)]
                 with m.If(ids.request.valid & ids.request.ready):
                     m.d.sync += [load_e.eq(load_e + 1), count_cursor.eq(count_cursor + 4)]
                     with m.If(load_e == load_k - 1):
                         m.d.sync += load_e.eq(0)
                         m.next = "L_IDS"
             with m.State("L_IDS"):
-                m.d.comb += [ids.request.valid.eq(~draining), ids.request.payload.eq(id_cursor)]
+                m.d.comb += [ids.request.valid.eq(~d_loader), ids.request.payload.eq(id_cursor)]
                 with m.If(ids.request.valid & ids.request.ready):
                     m.d.sync += [load_e.eq(load_e + 1), id_cursor.eq(id_cursor + id_bytes)]
                     with m.If(load_e == load_k - 1):
@@ -310,7 +318,7 @@ class FeatureAggregator(wiring.Component):
                     m.d.sync += [load_e.eq(load_e + 1), load_j.eq(0)]
                     m.next = "L_ENTRY"
                 with m.Else():
-                    m.d.comb += [ids.request.valid.eq(~draining),
+                    m.d.comb += [ids.request.valid.eq(~d_loader),
                                  ids.request.payload.eq(sample_cursor)]
                     with m.If(ids.request.valid & ids.request.ready):
                         m.d.sync += [load_j.eq(load_j + 1), sample_cursor.eq(sample_cursor + id_bytes)]
@@ -404,7 +412,7 @@ class FeatureAggregator(wiring.Component):
         encode_states(fsm, platform)   # (one-hot on the ECP5 proxy)
         with m.If(ids.response.valid & word.error):
             fail(word.address)
-        with m.If(draining):
+        with m.If(d_loader):
             m.d.comb += ids.response.ready.eq(1)
 
         # ---- issuer: per group and row chunk, the samples' rows sample-major, then the self rows
@@ -491,7 +499,7 @@ class FeatureAggregator(wiring.Component):
         m.d.comb += [
             leaves.eq(stage.valid & request_load),
             load.eq(~stage.valid | request_load),
-            fire.eq(issuing & ~draining & work_room & (~first_of_chunk | chunks_room) & load),
+            fire.eq(issuing & ~d_issuer & work_room & (~first_of_chunk | chunks_room) & load),
             group_done.eq(chunk_last & last_chunk),
             sample_read.addr.eq(table_address(issue_group, issue_e, issue_j)), sample_read.en.eq(load),
             self_row_read.addr.eq(entry_address(issue_group, issue_e)), self_row_read.en.eq(load),
@@ -632,7 +640,7 @@ class FeatureAggregator(wiring.Component):
         unread = Array(Signal(range(9), name=f"unread{b}") for b in range(2))   # finished chunks per bank
         accept = Signal()
         sample_accept = Signal()
-        with m.If(draining):
+        with m.If(d_consumer):
             m.d.comb += accept.eq(1)
         with m.Elif(unit.error):
             m.d.comb += accept.eq(1)
@@ -642,10 +650,10 @@ class FeatureAggregator(wiring.Component):
             m.d.comb += [self_valid.eq(present), accept.eq(self_ready)]
         with m.Else():   # its accumulator word is free and its bank's previous sums were read out
             m.d.comb += [accept.eq(~hazard & (unread[record.bank] == 0)), sample_accept.eq(present & accept)]
-        m.d.comb += units.ready.eq(accept & (work_head.o.valid | draining))
+        m.d.comb += units.ready.eq(accept & (work_head.o.valid | d_consumer))
         taken = present & accept
         chunk_done = Signal()
-        m.d.comb += chunk_done.eq(taken & ends_chunk & ~unit.error & ~draining)
+        m.d.comb += chunk_done.eq(taken & ends_chunk & ~unit.error & ~d_consumer)
         with m.If(taken):
             m.d.sync += [unit_index.eq(Mux(unit.last, 0, unit_index + 1)),
                          written_bytes.eq(Mux(unit.last, 0, written_bytes + unit_bytes))]
@@ -724,7 +732,7 @@ class FeatureAggregator(wiring.Component):
             m.d.sync += out_valid.eq(0)
         with m.FSM(name="sums") as fsm:
             with m.State("S_IDLE"):
-                with m.If((finished_chunks != 0) & ~draining):
+                with m.If((finished_chunks != 0) & ~d_sums):
                     m.d.comb += [chunks.r_en.eq(1), starting.eq(1)]
                     m.d.sync += [task.eq(chunks.r_data), wait.eq(ADDER_LATENCY), sum_e.eq(0), sum_b.eq(0),
                                  entry_dest.eq(chunk_layout(chunks.r_data).sum_dest)]
@@ -752,8 +760,8 @@ class FeatureAggregator(wiring.Component):
         encode_states(fsm, platform)   # (one-hot on the ECP5 proxy)
         m.d.comb += [sum_piece.data.eq(Mux(out_zero, 0, sum_read.data)), sum_piece.nbytes.eq(out_meta.nbytes),
                      sum_piece.address.eq(out_meta.address), sum_piece.flush.eq(out_meta.flush),
-                     sum_valid.eq(out_valid & ~draining)]
-        with m.If(draining):
+                     sum_valid.eq(out_valid & ~d_sums)]
+        with m.If(d_sums):
             m.d.sync += out_valid.eq(0)
 
         # ---- the writer's arbiter
@@ -765,17 +773,18 @@ class FeatureAggregator(wiring.Component):
             pieces_buffer.i.payload.eq(Mux(grant_sum, sum_piece, self_piece)),
             sum_ready.eq(grant_sum & pieces_buffer.i.ready),
             self_ready.eq(~grant_sum & pieces_buffer.i.ready),
-            writer.discard.eq(draining),
+            writer.discard.eq(d_writer),
         ]
         with m.If(pieces_buffer.i.valid & pieces_buffer.i.ready):
             m.d.sync += [locked_sum.eq(grant_sum & ~pieces_buffer.i.payload.flush),
                          locked_self.eq(~grant_sum & ~pieces_buffer.i.payload.flush)]
-        with m.If(draining):
+        with m.If(d_writer):
             m.d.sync += [locked_sum.eq(0), locked_self.eq(0)]
 
         # ---- start, end, errors
         with m.If(writer.error & ~self.write_error & running):
-            m.d.sync += [draining.eq(1), self.write_error.eq(~self.error),
+            m.d.comb += draining_next.eq(1)
+            m.d.sync += [self.write_error.eq(~self.error),
                          self.write_error_address.eq(writer.error_address)]
         engines_idle = rows.idle & ids.idle & writer.idle & buffers_idle & ~stage.valid
         finished = ((released == p.entries) & ~work.r_rdy & work_head.idle & (finished_chunks == 0) & ~sum_busy
@@ -784,11 +793,12 @@ class FeatureAggregator(wiring.Component):
         # left, or an error drains), a state nothing leaves while running; the AND of the engines'
         # flags and the 64-bit count compare feeds one flip-flop, not ``busy``'s own enable
         ended = Signal()
-        m.d.sync += ended.eq(running & engines_idle & (draining | finished))
+        m.d.sync += ended.eq(running & engines_idle & (d_writer | finished))
         with m.If(ended):
             m.d.sync += running.eq(0)
         with m.If(self.start & ~running):
-            m.d.sync += [p.eq(self.parameters), running.eq(1), draining.eq(0), self.error.eq(0),
+            m.d.comb += draining_next.eq(0)
+            m.d.sync += [p.eq(self.parameters), running.eq(1), self.error.eq(0),
                          self.write_error.eq(0), load_left.eq(self.parameters.entries),
                          take_left.eq(self.parameters.entries), released.eq(0),
                          count_cursor.eq(self.parameters.counts_addr), id_cursor.eq(self.parameters.nodes_ptr),

@@ -101,8 +101,11 @@ class FrontierPrefetcher(KernelBlock):
         # the command's id width and node count, copied into registers here: they are set a hop
         # before they are read, and the copies start the range check's path at flip-flops beside
         # it (from the sequencer's registers it crossed the chip: 15.9 ns on the ECP5 proxy)
+        # (and the hop's fanout, set a HOP state before the walk: from the sequencer's register,
+        # min(degree, k) into the pairs FIFO was an 8.9 ns path)
         wide_ids, num_nodes = Signal(name="wide_ids"), Signal(64, name="num_nodes")
-        m.d.sync += [wide_ids.eq(self.wide_ids), num_nodes.eq(self.num_nodes)]
+        fanout = Signal.like(self.fanout, name="fanout")
+        m.d.sync += [wide_ids.eq(self.wide_ids), num_nodes.eq(self.num_nodes), fanout.eq(self.fanout)]
 
         def id_of(word, address):
             return Mux(wide_ids, word, Mux(address[2], word[32:], word[:32]))
@@ -264,9 +267,9 @@ class FrontierPrefetcher(KernelBlock):
             m.d.sync += [have_half.eq(0), pair_staged.eq(0)]
         # min(d, k) without a 64-bit carry chain (k has 16 bits)
         degree = pair_stage.degree
-        below_fanout = below(degree, self.fanout)
+        below_fanout = below(degree, fanout)
         pair_queued = Signal(IndptrPair)
-        m.d.comb += [pair_queued.eq(pair_stage), pair_queued.count.eq(Mux(below_fanout, degree[:16], self.fanout)),
+        m.d.comb += [pair_queued.eq(pair_stage), pair_queued.count.eq(Mux(below_fanout, degree[:16], fanout)),
                      indptr_pairs.w_data.eq(pair_queued), indptr_pairs.w_en.eq(pair_staged)]
 
         # the checked nodes with their keys, and the pairs, to the sequencer

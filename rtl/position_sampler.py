@@ -220,7 +220,9 @@ class PositionSampler(wiring.Component):
         req = self.request.payload
         with m.If(~busy):
             m.d.sync += [key.eq(req.key), degree.eq(req.degree), count.eq(0), chosen_valid.eq(0),
-                         sequential.eq(0), next_c.eq(0), to_list.eq(req.degree), left.eq(req.fanout)]
+                         next_c.eq(0), left.eq(req.fanout)]
+            if not self._draws_only:
+                m.d.sync += [sequential.eq(0), to_list.eq(req.degree)]
         with m.If(self.request.valid & self.request.ready):
             if self._draws_only:
                 m.d.comb += busy_next.eq(1)
@@ -229,13 +231,17 @@ class PositionSampler(wiring.Component):
                 m.d.comb += busy_next.eq(1)
                 m.d.sync += [listing.eq(req.degree <= req.fanout), drawing.eq(req.degree > req.fanout)]
         written = Signal()     # a position enters the output FIFO
-        with m.If(listing):
-            m.d.comb += [out.w_en.eq(1), out.w_data.eq(sequential), written.eq(out.w_rdy)]
-            with m.If(out.w_rdy):
-                m.d.sync += [sequential.eq(sequential + 1), to_list.eq(to_list - 1)]
-                with m.If(to_list == 1):
-                    m.d.comb += [busy_next.eq(0), busy_kept.eq(0)]
-                    m.d.sync += listing.eq(0)
+        # (without the listing mode none of it is built: Yosys keeps a flip-flop that is never set
+        # unless it proves it constant, and the listing's end was the whole kernel's critical path
+        # on the ECP5 proxy, into ``ready_unless_taken``)
+        if not self._draws_only:
+            with m.If(listing):
+                m.d.comb += [out.w_en.eq(1), out.w_data.eq(sequential), written.eq(out.w_rdy)]
+                with m.If(out.w_rdy):
+                    m.d.sync += [sequential.eq(sequential + 1), to_list.eq(to_list - 1)]
+                    with m.If(to_list == 1):
+                        m.d.comb += [busy_next.eq(0), busy_kept.eq(0)]
+                        m.d.sync += listing.eq(0)
 
         # ---- Floyd: output of the decision stage (room was reserved when the draw was issued)
         # (while no draw is held, the held draw's registers follow the decision stage every cycle,

@@ -192,8 +192,12 @@ def test_each_block_resets_from_its_own_copy_of_the_kernel_reset(exported, proxy
     flag_copies = [f"{flag}{i}_ff" for flag, count in flags.items() for i in range(count)]
     # and each lane collector's error flag: one for its handshakes, one for ``failed``
     flag_copies += [f"error{i}_ff" for _ in range(CONFIG.lanes) for i in range(2)]
-    # and the read pointers of the sequencer's two head buffers (rtl/ping_pong_buffer.py)
-    for width in (FrontierNode.size + 1, IndptrPair.size + 1):
+    # and the aggregator's draining flag, one per part of the block that reads it
+    flag_copies += [f"draining{i}_ff" for i in range(5)]
+    # and the read pointers of the sequencer's two head buffers and of the aggregator's writer's
+    # merged beat (address, data, strobes, first byte, follows) (rtl/ping_pong_buffer.py)
+    merged_beat = 64 + CONFIG.data_width + CONFIG.data_bytes + CONFIG.beat_log2 + 1
+    for width in (FrontierNode.size + 1, IndptrPair.size + 1, merged_beat):
         flag_copies += [f"read_slot{i}_ff" for i in range(-(-width // SELECT_GROUP))]
     assert sorted(copies) == sorted([f"{block}_reset_ff" for block in blocks] + flag_copies), copies
     assert "TRELLIS_FF" not in exported["verilog"].read_text()

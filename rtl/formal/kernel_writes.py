@@ -120,10 +120,11 @@ class _ObservedSequencer(CommandSequencer):
         (self.counts_base, self.frontier_index, self.frontier_size, self.counts_end, self.counts_fit, self.key_wait,
          self.written, self.nodes_room, self.count_address, self.frontier_end, self.fetching_descriptor,
          self.fetching_header, self.hop, self.last_hop, self.room_wide, self.room_exact, self.room_current,
-         self.room, self.prefetching, self.result_index) = inner(
+         self.room, self.prefetching, self.result_index, self.frontier_last) = inner(
             m, "counts_base", "frontier_index", "frontier_size", "counts_end", "counts_fit", "key_wait", "written",
             "nodes_room", "count_address", "frontier_end", "fetching_descriptor", "fetching_header", "hop",
-            "last_hop", "room_wide", "room_exact", "room_current", "room", "prefetching", "result_index")
+            "last_hop", "room_wide", "room_exact", "room_current", "room", "prefetching", "result_index",
+            "frontier_last")
         offset, size = field_span(DESCRIPTOR_FIELDS, "num_hops")
         word, = inner(m, f"desc_word{offset // 8}")
         self.num_hops = word[(offset % 8) * 8:(offset % 8 + size) * 8]
@@ -211,8 +212,10 @@ class SequencerWritesHarness(PartsHarness):
             "counts_ptr_aligned": ~hopping | (b.counts_ptr[:6] == 0),
             # the result header is written only from an aligned result_ptr (checked before RESULT)
             "result_ptr_aligned": ~in_state["RESULT"] | (b.result_ptr[:6] == 0),
-            # the walk's end is a register kept equal to the compare it replaces
-            "frontier_end": ~in_state["FRONTIER"] | (dut.frontier_end == (dut.frontier_index == dut.frontier_size)),
+            # the walk's end is a register kept equal to the compare it replaces, stepped from the
+            # frontier's last index (loaded in HOP)
+            "frontier_end": ~in_state["FRONTIER"] | ((dut.frontier_end == (dut.frontier_index == dut.frontier_size))
+                                                     & (dut.frontier_last == (dut.frontier_size - 1)[:64])),
             # the hop's counts end and its check settle in HOP's first two cycles (key_wait is
             # MIX32_LATENCY + 1 as HOP is entered and counts down)
             "counts_end": ~in_state["HOP"] | (dut.key_wait > MIX32_LATENCY)

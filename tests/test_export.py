@@ -192,6 +192,12 @@ def test_each_block_resets_from_its_own_copy_of_the_kernel_reset(exported, proxy
     flag_copies = [f"{flag}{i}_ff" for flag, count in flags.items() for i in range(count)]
     # and each lane collector's error flag: one for its handshakes, one for ``failed``
     flag_copies += [f"error{i}_ff" for _ in range(CONFIG.lanes) for i in range(2)]
+    # and each lane collector's ``first`` flag (one for the append's address) and each sampler's
+    # ``h_busy`` (one for the held draw's registers)
+    from smartsage.rtl.edge_streamer import SAMPLERS_PER_LANE
+
+    flag_copies += [f"first{i}_ff" for _ in range(CONFIG.lanes) for i in range(2)]
+    flag_copies += [f"h_busy{i}_ff" for _ in range(CONFIG.lanes * SAMPLERS_PER_LANE) for i in range(2)]
     # and the aggregator's draining flag, one per part of the block that reads it
     flag_copies += [f"draining{i}_ff" for i in range(5)]
     # and the read pointers of the sequencer's two head buffers and of the aggregator's writer's

@@ -188,7 +188,7 @@ def test_each_block_resets_from_its_own_copy_of_the_kernel_reset(exported, proxy
     blocks += [f"{name}{lane}" for lane in range(CONFIG.lanes) for name in ("lane", "lane_reader")]
     # and the sequencer's copies of its bus-switch, prefetch and abandon flags (rtl/register_copies.py)
     flags = {"aggregating": bus_switch_copies(CONFIG), "prefetch": len(PrefetchOwners.members),
-             "abandon": CONFIG.lanes + 1}
+             "abandon": CONFIG.lanes + 1, "wide_ids": 3}
     flag_copies = [f"{flag}{i}_ff" for flag, count in flags.items() for i in range(count)]
     # and each lane collector's error flag: one for its handshakes, one for ``failed``
     flag_copies += [f"error{i}_ff" for _ in range(CONFIG.lanes) for i in range(2)]

@@ -353,12 +353,7 @@ class FeatureAggregator(wiring.Component):
         m.d.sync += [row_pipe[0].eq(row_in), *(row_pipe[i].eq(row_pipe[i - 1]) for i in range(1, row_latency))]
         row_address = multiply_add_low(m, ident(word), row_bytes, p.features_base, 64, 1, "row_address", platform)
         row_out = row_pipe[-1]
-        # whether a row address is in the pipeline, as a flip-flop loaded with the stages' next valid
-        # bits (an OR of the stages' flags in front of the take's decision and the group's ~130
-        # enables was a 9.1 ns path on the ECP5 proxy)
-        rows_in_flight = Signal()
-        m.d.sync += rows_in_flight.eq(~(self.start & ~running)
-                                      & (row_launch | Cat(*(stage.valid for stage in row_pipe[:-1])).any()))
+        rows_in_flight = Cat(*(stage.valid for stage in row_pipe)).any()
         m.d.comb += [sample_write.data.eq(row_address), sample_write.addr.eq(row_out.table),
                      sample_write.en.eq(row_out.valid & ~row_out.self)]
         m.d.comb += [self_dest_write.data.eq(self_dest), self_dest_write.addr.eq(entry_address(take_group, take_e)),

@@ -106,8 +106,7 @@ class WriteCombiner(wiring.Component):
             return index
 
         beat_fifos, run_fifos, idles = [], [], []
-        staged_layout = data.StructLayout({"field": AppendWord, "same_beat": 1, "next_beat": 1,
-                                           "strobe": data_bytes})
+        staged_layout = data.StructLayout({"field": AppendWord, "same_beat": 1, "next_beat": 1})
         for number in range(self._ports):
             # ---- the port's input stage: a two-entry buffer (ready and payload from flip-flops), and
             # whether a field is for the same beat as the field before it, worked out as it enters
@@ -125,13 +124,8 @@ class WriteCombiner(wiring.Component):
             previous_next = Signal(ADDRESS_WIDTH - size_log2, name=f"previous_next{number}",  # previous_beat + 1
                                    reset_less=True)
             incoming_beat = incoming.payload.address[size_log2:]
-            # (and the field's byte strobes, shifted to its place as it enters: behind the input
-            # buffer the shift ran through "the merged beat is full" into the run FIFO's write, 9.05 ns
-            # on the ECP5 proxy)
             m.d.comb += [stage.i.valid.eq(incoming.valid), incoming.ready.eq(stage.i.ready),
                          stage.i.payload.field.eq(incoming.payload),
-                         stage.i.payload.strobe.eq(Mux(incoming.payload.wide, 0xFF, 0x0F)
-                                                   << incoming.payload.address[:size_log2]),
                          stage.i.payload.same_beat.eq(incoming_beat == previous_beat),
                          stage.i.payload.next_beat.eq((incoming_beat == previous_next)
                                                       & (incoming_beat[:boundary - size_log2] != 0))]
@@ -154,8 +148,10 @@ class WriteCombiner(wiring.Component):
             beat_follows = Signal(name=f"beat_follows{number}")
             beat = Signal(beat_layout, name=f"beat{number}", reset_less=True)
             field = port.payload.field
+            offset = field.address[:size_log2]
             lane_value = Mux(field.wide, field.data, Cat(field.data[:32], field.data[:32]))
-            field_strobe = port.payload.strobe
+            field_strobe = Signal(data_bytes, name=f"field_strobe{number}")
+            m.d.comb += field_strobe.eq(Mux(field.wide, 0xFF, 0x0F) << offset)
             field_data = lane_value.replicate(data_bytes // 8)
             byte_mask = Cat(*(field_strobe[byte].replicate(8) for byte in range(data_bytes)))
             same = is_open & port.payload.same_beat

@@ -87,8 +87,11 @@ def test_cli_runs_checks_side_by_side_and_reports_them_in_order(tmp_path, capsys
         assert (tmp_path / name).is_dir()
 
 
-def test_cli_refuses_no_jobs(tmp_path):
+def test_cli_refuses_no_jobs(tmp_path, capsys):
     from smartsage.host.cli import main
 
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as exit_info:
         main(["rtl", "formal", "--check", "control", "-j", "0", "-o", str(tmp_path)])
+    assert exit_info.value.code != 0
+    assert "must be 1 or more, not 0" in capsys.readouterr().err   # the cause, named
+    assert not (tmp_path / "control").exists()                    # nothing was run

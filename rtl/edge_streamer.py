@@ -38,6 +38,7 @@ from .kernel_block import KernelBlock, check_kernel_config
 from .node_list_collector import NodeListCollector, answer_layout, id_offset
 from .node_list_collector import collect_layout as node_list_collector_layout
 from .position_sampler import DRAW_LATENCY, PositionSampler
+from .register_copies import and_copies
 from .stream_buffer import StreamBuffer
 from .tagged_read_stream import ReadPortSignature
 from .write_combiner import AppendWord
@@ -51,6 +52,9 @@ __all__ = ["EdgeStreamer", "SAMPLERS_PER_LANE", "ANSWER_DEPTH", "id_offset", "id
 #: fill their pipelines while earlier tickets stream (with two ticket slots the default build took
 #: 1.29 cycles per edge per lane whatever the sampler count; with one per sampler, 1.099).
 SAMPLERS_PER_LANE = -(-(DRAW_LATENCY + 2 + 10) // 6)
+#: Groups of a lane's copy of its staged node (key and degree, 64 flip-flops), each picked by its own
+#: copy of the stage's take (:func:`~smartsage.rtl.register_copies.and_copies`).
+HEAD_NODE_GROUPS = 4
 #: Answers (beats) a lane holds between its read channel and its collector.
 ANSWER_DEPTH = 32
 
@@ -187,7 +191,7 @@ class EdgeStreamer(KernelBlock):
         # and enables no payload register or RAM cell
         # (a staged job in flip-flops, loaded when ``go``, put ~200 enables behind the decision: the
         # edge streamer's critical path on the ECP5 proxy); the samplers' node registers follow the
-        # head while they are idle.
+        # head while they are idle, through ``head_node`` (below).
         staged_layout = data.StructLayout({"key": 32, "degree": 32, "count": range(cfg.max_fanout + 1),
                                            "edge_address": 64, "node_address": 64})
         stage = FreeSlotFIFO(width=staged_layout.size, depth=2)
@@ -222,6 +226,20 @@ class EdgeStreamer(KernelBlock):
         head_dense = Signal()
         with m.If(stage.w_en):
             m.d.sync += head_dense.eq(incoming.degree == incoming.count)
+        # the samplers' request (the head's key and degree) from flip-flops that hold the stage's head:
+        # the stage's LUT-RAM read, fanned out to the six samplers' node registers, was a one-LUT path
+        # of 8.2-9.1 ns on the ECP5 proxy. They load the incoming job when the stage takes one (it is
+        # the head in the next cycle), else the head (unchanged, or leaving an empty stage), through
+        # multiplexers picked by copies of the take's last AND, so ``go`` reaches four LUTs, not 64
+        # multiplexers. (A copy that followed the head a cycle late cost the cycle-count test 9 to 14
+        # cycles of its 3,325, whether the samplers took it late or the lane held the job back)
+        head_node = Signal(data.StructLayout({"key": 32, "degree": 32}), reset_less=True)
+        takes = and_copies(m, platform, "stage_takes", jobs.valid, jobs.ready, HEAD_NODE_GROUPS)
+        bits = len(head_node.as_value())
+        for group, take in enumerate(takes):
+            part = slice(group * bits // HEAD_NODE_GROUPS, (group + 1) * bits // HEAD_NODE_GROUPS)
+            m.d.sync += head_node.as_value()[part].eq(
+                Mux(take, Cat(incoming.key, incoming.degree)[part], Cat(staged.key, staged.degree)[part]))
         m.d.comb += [
             offer.eq(staged_valid & tickets_room & collects_room & ~stopped),
             go.eq(offer & (head_dense | turn_ready)),
@@ -242,8 +260,8 @@ class EdgeStreamer(KernelBlock):
             collects.w_data.eq(collect_in),
         ]
         for number, sampler in enumerate(samplers):
-            m.d.comb += [sampler.request.payload.key.eq(staged.key),
-                         sampler.request.payload.degree.eq(staged.degree),
+            m.d.comb += [sampler.request.payload.key.eq(head_node.key),
+                         sampler.request.payload.degree.eq(head_node.degree),
                          sampler.request.payload.fanout.eq(fanout),
                          sampler.request.valid.eq(offer & ~head_dense & turn_hot[number] & turn_ready)]
         m.d.comb += turn_hot_next.eq(turn_hot)

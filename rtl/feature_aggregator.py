@@ -359,7 +359,7 @@ class FeatureAggregator(wiring.Component):
         # whether a row address of each group is in the pipeline, a flip-flop per group loaded with the
         # stages' next valid bits (an OR of the stages' flags in front of the take's decision and the
         # group's ~130 enables was a 9.1 ns path on the ECP5 proxy)
-        rows_in_flight = Array(Signal(name=f"group{g}_rows_in_flight") for g in range(2))
+        rows_in_flight = [Signal(name=f"group{g}_rows_in_flight") for g in range(2)]
         for g in range(2):
             m.d.sync += rows_in_flight[g].eq(
                 ~(self.start & ~running)

@@ -17,6 +17,7 @@ from amaranth.hdl import (
     Cat,
     ClockDomain,
     ClockSignal,
+    Const,
     DomainRenamer,
     Module,
     Mux,
@@ -280,7 +281,13 @@ class EdgeStreamer(KernelBlock):
                      turn_ready.eq(~samplers_reset & ~job_reset & Mux(go & ~head_dense, next_ready, stays_ready))]
 
         # issuer, second half: each ticket's reads, ticket after ticket
-        positions_valid = Array(sampler.positions.valid for sampler in samplers)[ticket.sampler]
+        # the sampler whose positions the issuer takes, one-hot, a register loaded with the ticket
+        # (zero for a dense ticket and outside I_STREAM): a sampler's ``positions.ready`` is the read
+        # port's ready and one flip-flop, not the ticket's sampler decoded with the issuer's state and
+        # the dense flag (the ticket -> a sampler's ``reserved`` and FIFO level, 8.2-8.7 ns and the
+        # whole kernel's worst path on the ECP5 proxy in one run)
+        taking = Signal(SAMPLERS_PER_LANE)
+        positions_valid = (Cat(sampler.positions.valid for sampler in samplers) & taking).any()
         positions = Array(sampler.positions.payload for sampler in samplers)[ticket.sampler]
         # registered: the next dense read's address (after the first, a beat boundary) and the
         # ids of the ticket still to read
@@ -297,12 +304,14 @@ class EdgeStreamer(KernelBlock):
             return Mux(wide_ids, (data_bytes - address[:beat_log2]) >> 3, (data_bytes - address[:beat_log2]) >> 2)
         step = Mux(ticket.dense, dense_ids, 1)
         loaded = ticket_layout(tickets.r_data)
+        taking_loaded = Mux(loaded.dense, 0, Const(1, SAMPLERS_PER_LANE) << loaded.sampler)
         with m.FSM(name="issuer") as fsm:
             with m.State("I_IDLE"):
                 m.d.comb += issuer_idle.eq(~tickets.r_rdy)
                 with m.If(tickets.r_rdy & ~finishing & ~stopped):
                     m.d.comb += tickets.r_en.eq(1)
                     m.d.sync += [ticket.eq(tickets.r_data), dense_address.eq(loaded.edge_address),
+                                 taking.eq(taking_loaded),
                                  dense_room.eq(ids_to_beat_end(loaded.edge_address)), remaining.eq(loaded.count)]
                     m.next = "I_STREAM"
             with m.State("I_STREAM"):
@@ -315,7 +324,7 @@ class EdgeStreamer(KernelBlock):
                         port.request.payload.eq(ticket.edge_address + id_offset(wide_ids, positions)),
                     ]
                     for number, sampler in enumerate(samplers):
-                        m.d.comb += sampler.positions.ready.eq(port.request.ready & (ticket.sampler == number))
+                        m.d.comb += sampler.positions.ready.eq(port.request.ready & taking[number])
                 with m.If(port.request.valid & port.request.ready):
                     m.d.sync += [remaining.eq(remaining - step),
                                  dense_address.eq((dense_address | (data_bytes - 1)) + 1),
@@ -325,11 +334,14 @@ class EdgeStreamer(KernelBlock):
                         with m.If(tickets.r_rdy):
                             m.d.comb += tickets.r_en.eq(1)
                             m.d.sync += [ticket.eq(tickets.r_data), dense_address.eq(loaded.edge_address),
+                                         taking.eq(taking_loaded),
                                          dense_room.eq(ids_to_beat_end(loaded.edge_address)),
                                          remaining.eq(loaded.count)]
                         with m.Else():
+                            m.d.sync += taking.eq(0)
                             m.next = "I_IDLE"
                 with m.If(finishing | stopped):
+                    m.d.sync += taking.eq(0)
                     m.next = "I_IDLE"
         encode_states(fsm, platform)   # (one-hot on the ECP5 proxy)
 

@@ -328,10 +328,13 @@ class SequencerDescriptorHarness(Harness):
                            | Cat(*(b[name] == fields[field_span(DESCRIPTOR_FIELDS, name)[0] * 8:][:64]
                                    for name in OutputBuffers.members)).all())
 
-        # invariants: the fetch walks the words in order, each answer lands in its register
+        # invariants: the fetch walks the words in order, each answer lands in its register two
+        # cycles later (through the registered answer and its one-hot word)
         asked, answered, descriptor_base, result_valid = inner(
             m.submodules.dut, "descriptor_asked", "descriptor_answered", "descriptor_base", "result_valid")
         registers = inner(m.submodules.dut, *(f"desc_word{i}" for i in range(len(words))))
+        # a word lands two cycles after its answer: the answer and a one-hot of its word first
+        answer, lands = inner(m.submodules.dut, "descriptor_answer", "descriptor_lands")
         in_state = {name: dut.state == code for name, code in dut.state_code.items()}
         fetching = in_state["DESCRIPTOR"]
         fetching_descriptor, fetching_header, prefetching = inner(
@@ -342,12 +345,16 @@ class SequencerDescriptorHarness(Harness):
             Assert(in_state["IDLE"] | (descriptor_base == descriptor)),
             Assert(~result_valid | Cat(*(r == w for r, w in zip(registers, words, strict=True))).all()),
             Assert(fetching | in_state["FINISH"] | ~pending.any),
-            Assert(in_state["IDLE"] | fetching | in_state["FINISH"] | in_state["DONE"] | result_valid),
+            # (IMAGE's first cycle: the last word lands as ``result_valid`` is set)
+            Assert(in_state["IDLE"] | fetching | in_state["FINISH"] | in_state["DONE"] | in_state["IMAGE"]
+                   | result_valid),
+            Assert(~result_valid | (lands == 0)), Assert(~(fetching & result_valid)),
             Assert(~fetching | ((answered <= asked) & (asked <= len(words)) & (pending.count == asked - answered))),
             Assert(pending.write == (pending.read + pending.count)[:len(pending.write)]),
         ]
         for i, (register, word) in enumerate(zip(registers, words, strict=True)):
-            m.d.comb += Assert(~(fetching & (i < answered)) | (register == word))
+            landed = (register == word) | (lands[i] & (answer == word))
+            m.d.comb += Assert(~((fetching & (i < answered)) | (in_state["IMAGE"] & ~result_valid)) | landed)
         for slot, stored in enumerate(pending.entries):
             j = Signal(range(len(words)), name=f"pending_age{slot}")
             m.d.comb += j.eq(slot - pending.read)

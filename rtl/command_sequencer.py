@@ -798,8 +798,8 @@ class CommandSequencer(KernelBlock):
                 m.next = "IDLE"
         encode_states(fsm, platform)   # (one-hot on the ECP5 proxy)
 
-        # the fetched words land in their registers while their state's flag is set, a cycle after
-        # their answer: the answer and a one-hot of its word are registered first, so the read
+        # the fetched words land in their registers while their state's flag is set, two cycles
+        # after their answer: the answer and a one-hot of its word are registered first, so the read
         # engine's answer handshake (its in-flight FIFO) reaches one flip-flop per word, not the
         # enables of ~1,900 word flip-flops (8.1-9.4 ns on the ECP5 proxy in four of six runs)
         for name, fetching, reader, answered, registers in captures:

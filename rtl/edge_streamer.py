@@ -53,15 +53,9 @@ __all__ = ["EdgeStreamer", "SAMPLERS_PER_LANE", "ANSWER_DEPTH", "id_offset", "id
 #: fill their pipelines while earlier tickets stream (with two ticket slots the default build took
 #: 1.29 cycles per edge per lane whatever the sampler count; with one per sampler, 1.099).
 SAMPLERS_PER_LANE = -(-(DRAW_LATENCY + 2 + 10) // 6)
-#: Copies of a lane's staged node (key and degree, 64 flip-flops each), one per group of samplers
-#: (samplers ``i`` with ``i * HEAD_NODE_COPIES // SAMPLERS_PER_LANE == copy``): as one register its
-#: nets spanned the six samplers, one of them an 8.36 ns net, the whole kernel's worst path of an
-#: ECP5 proxy run (docs/synthesis.md, the twentieth session's paths).
-HEAD_NODE_COPIES = 3
-#: Groups of each copy's bits, each picked by its own copy of the stage's take
-#: (:func:`~smartsage.rtl.register_copies.and_copies`): ``HEAD_NODE_COPIES * HEAD_NODE_GROUPS`` LUTs
-#: behind the take's decision, each in front of 32 multiplexers.
-HEAD_NODE_GROUPS = 2
+#: Groups of a lane's copy of its staged node (key and degree, 64 flip-flops), each picked by its own
+#: copy of the stage's take (:func:`~smartsage.rtl.register_copies.and_copies`).
+HEAD_NODE_GROUPS = 4
 #: Answers (beats) a lane holds between its read channel and its collector.
 ANSWER_DEPTH = 32
 
@@ -198,7 +192,7 @@ class EdgeStreamer(KernelBlock):
         # and enables no payload register or RAM cell
         # (a staged job in flip-flops, loaded when ``go``, put ~200 enables behind the decision: the
         # edge streamer's critical path on the ECP5 proxy); the samplers' node registers follow the
-        # head while they are idle, through ``head_nodes`` (below).
+        # head while they are idle, through ``head_node`` (below).
         staged_layout = data.StructLayout({"key": 32, "degree": 32, "count": range(cfg.max_fanout + 1),
                                            "edge_address": 64, "node_address": 64})
         stage = FreeSlotFIFO(width=staged_layout.size, depth=2)
@@ -237,21 +231,16 @@ class EdgeStreamer(KernelBlock):
         # the stage's LUT-RAM read, fanned out to the six samplers' node registers, was a one-LUT path
         # of 8.2-9.1 ns on the ECP5 proxy. They load the incoming job when the stage takes one (it is
         # the head in the next cycle), else the head (unchanged, or leaving an empty stage), through
-        # multiplexers picked by copies of the take's last AND, so ``go`` reaches six LUTs, not 192
+        # multiplexers picked by copies of the take's last AND, so ``go`` reaches four LUTs, not 64
         # multiplexers. (A copy that followed the head a cycle late cost the cycle-count test 9 to 14
         # cycles of its 3,325, whether the samplers took it late or the lane held the job back)
-        # (a copy per group of samplers, :data:`HEAD_NODE_COPIES`, each with its own copies of the
-        # take, so Yosys keeps them apart on the proxy)
-        head_nodes = [Signal(data.StructLayout({"key": 32, "degree": 32}), reset_less=True, name=f"head_node{c}")
-                      for c in range(HEAD_NODE_COPIES)]
-        takes = iter(and_copies(m, platform, "stage_takes", jobs.valid, jobs.ready,
-                                HEAD_NODE_COPIES * HEAD_NODE_GROUPS))
-        for head_node in head_nodes:
-            bits = len(head_node.as_value())
-            for group in range(HEAD_NODE_GROUPS):
-                part = slice(group * bits // HEAD_NODE_GROUPS, (group + 1) * bits // HEAD_NODE_GROUPS)
-                m.d.sync += head_node.as_value()[part].eq(
-                    Mux(next(takes), Cat(incoming.key, incoming.degree)[part], Cat(staged.key, staged.degree)[part]))
+        head_node = Signal(data.StructLayout({"key": 32, "degree": 32}), reset_less=True)
+        takes = and_copies(m, platform, "stage_takes", jobs.valid, jobs.ready, HEAD_NODE_GROUPS)
+        bits = len(head_node.as_value())
+        for group, take in enumerate(takes):
+            part = slice(group * bits // HEAD_NODE_GROUPS, (group + 1) * bits // HEAD_NODE_GROUPS)
+            m.d.sync += head_node.as_value()[part].eq(
+                Mux(take, Cat(incoming.key, incoming.degree)[part], Cat(staged.key, staged.degree)[part]))
         m.d.comb += [
             offer.eq(staged_valid & tickets_room & collects_room & ~stopped),
             go.eq(offer & (head_dense | turn_ready)),
@@ -272,7 +261,6 @@ class EdgeStreamer(KernelBlock):
             collects.w_data.eq(collect_in),
         ]
         for number, sampler in enumerate(samplers):
-            head_node = head_nodes[number * HEAD_NODE_COPIES // SAMPLERS_PER_LANE]
             m.d.comb += [sampler.request.payload.key.eq(head_node.key),
                          sampler.request.payload.degree.eq(head_node.degree),
                          sampler.request.payload.fanout.eq(fanout),

@@ -377,21 +377,8 @@ class FeatureAggregator(wiring.Component):
                      self_row_write.data.eq(row_address),
                      self_row_write.addr.eq(entry_address(row_out.group, row_out.entry)),
                      self_row_write.en.eq(row_out.valid & row_out.self)]
-        # a count lands in its group's table a cycle after its answer, from registers loaded in
-        # every cycle (the read engine's in-flight FIFO -> the answer's word select -> the ~20 count
-        # registers' inputs was 7.9-8.0 ns on the ECP5 proxy); the loader waits for its ``counted``
-        # bit, set with it, and T_ENTRY reads the table after the group's ids, a cycle later at least
-        count_lands = Signal()
-        count_group = Signal(reset_less=True)
-        count_entry = Signal(range(SLOTS + 1), reset_less=True)
-        count_value = Signal(range(max_fanout + 1), reset_less=True)
-        m.d.sync += [count_lands.eq(0), count_group.eq(take_group), count_entry.eq(take_e),
-                     count_value.eq(ident(word, 0))]
-        with m.If(count_lands):
-            m.d.sync += [counts[count_group][count_entry].eq(count_value),
-                         counted[count_group].eq(counted[count_group] | (1 << count_entry))]
         with m.If(self.start & ~running):
-            m.d.sync += [count_lands.eq(0), *(stage.valid.eq(0) for stage in row_pipe)]
+            m.d.sync += [stage.valid.eq(0) for stage in row_pipe]
         with m.FSM(name="load_take") as fsm:
             with m.State("T_IDLE"):
                 with m.If(running & (take_left != 0)):
@@ -401,7 +388,9 @@ class FeatureAggregator(wiring.Component):
             with m.State("T_COUNTS"):
                 m.d.comb += ids.response.ready.eq(1)
                 with m.If(ids.response.valid & ~word.error):
-                    m.d.sync += [count_lands.eq(1), take_e.eq(take_e + 1)]
+                    m.d.sync += [counts[take_group][take_e].eq(ident(word, 0)),
+                                 counted[take_group].eq(counted[take_group] | (1 << take_e)),
+                                 take_e.eq(take_e + 1)]
                     with m.If(take_e == take_k - 1):
                         m.d.sync += take_e.eq(0)
                         m.next = "T_IDS"
@@ -464,10 +453,6 @@ class FeatureAggregator(wiring.Component):
         issue_self = Signal()
         issue_e = Signal(range(SLOTS))
         issue_j = Signal(range(max_fanout + 1))
-        # issue_j + 2, a register stepped with it, for the entries with a sample two rows on (the
-        # addition in front of the counts' compares, into ``next_active``, was a 7.8 ns path of an
-        # ECP5 proxy run)
-        issue_j2 = Signal(range(max_fanout + 3), init=2)
         chunk_start = Signal(32)        # first element of the next chunk (stepped in I_CHUNK)
         released = Signal(64)           # entries whose every read left the issue stage
         k = group_k[issue_group]
@@ -571,7 +556,7 @@ class FeatureAggregator(wiring.Component):
         with m.FSM(name="issue") as fsm:
             with m.State("I_IDLE"):
                 with m.If(running & group_full[issue_group]):
-                    m.d.sync += [chunk_start.eq(0), remaining.eq(p.feature_dim), issue_j.eq(0), issue_j2.eq(2)]
+                    m.d.sync += [chunk_start.eq(0), remaining.eq(p.feature_dim), issue_j.eq(0)]
                     restart_active()
                     m.next = "I_CHUNK"
             with m.State("I_CHUNK"):   # samples first (if any), then the self rows
@@ -588,7 +573,7 @@ class FeatureAggregator(wiring.Component):
                 with m.If(fire):
                     m.d.sync += chunk_fresh.eq(0)
                     with m.If(chunk_last):
-                        m.d.sync += [issue_bank.eq(~issue_bank), issue_j.eq(0), issue_j2.eq(2)]
+                        m.d.sync += [issue_bank.eq(~issue_bank), issue_j.eq(0)]
                         restart_active()
                         with m.If(group_done):     # the group's last chunk
                             m.d.sync += [group_full[issue_group].eq(0), issue_group.eq(~issue_group)]
@@ -600,8 +585,8 @@ class FeatureAggregator(wiring.Component):
                     with m.Elif(any_later):
                         m.d.sync += issue_e.eq(first_later)
                     with m.Elif(any_next):
-                        m.d.sync += [issue_j.eq(issue_j + 1), issue_j2.eq(issue_j2 + 1), issue_e.eq(first_next),
-                                     now_bits.eq(next_bits), next_bits.eq(active_for(issue_j2))]
+                        m.d.sync += [issue_j.eq(issue_j + 1), issue_e.eq(first_next),
+                                     now_bits.eq(next_bits), next_bits.eq(active_for(issue_j + 2))]
                     with m.Else():
                         m.d.sync += [issue_self.eq(1), issue_e.eq(0)]
         encode_states(fsm, platform)   # (one-hot on the ECP5 proxy)

@@ -15,7 +15,6 @@ from .rng import (
     MIX32_LATENCY,
     MULTIPLY_LATENCY,
     RejectionThreshold,
-    mix32_first_shift,
     mix32_pipelined,
     multiply_pipelined,
 )
@@ -24,11 +23,10 @@ __all__ = ["PositionRequest", "PositionSampler", "DRAW_LATENCY", "POSITION_BUFFE
 
 #: Stages from a draw's issue to its decision (two mix32 rounds, the bounded product, the decision).
 DRAW_LATENCY = 2 * MIX32_LATENCY + MULTIPLY_LATENCY + 1
-#: Entries of a sampler's output FIFO: a position taken is counted a cycle later, frees room for a
-#: draw issued the next cycle and decided :data:`DRAW_LATENCY` cycles later, in the FIFO a cycle
-#: after that, and the room for it is known from a flag registered a cycle before (one place short);
-#: with this many places the loop streams one position per cycle (with one fewer, a take counted
-#: late left a gap: ``test_position_sampler_streams_one_position_per_cycle``).
+#: Entries of a sampler's output FIFO: a position taken frees room for a draw issued the next cycle
+#: and decided :data:`DRAW_LATENCY` cycles later, in the FIFO a cycle after that, and the room for it
+#: is known from a flag registered a cycle before (one place short); with this many places the
+#: loop streams one position per cycle.
 POSITION_BUFFER = DRAW_LATENCY + 5
 
 #: One node to sample: its RNG key H_v, its degree d (>= 1) and the hop's fanout k.
@@ -45,7 +43,7 @@ class PositionSampler(wiring.Component):
     The draws are pipelined, one position per cycle in steady state, over :data:`DRAW_LATENCY`
     stages (for the ECP5 timing proxy's 150 MHz, no stage holds more than one 16x16 multiplication
     or one carry chain): ``mix32(H_v ^ c)`` (:data:`~smartsage.rtl.rng.MIX32_LATENCY` stages, its
-    first xor-shift worked out into a register beside the draw counter),
+    first xor-shift one LUT per bit in front of the first adder stage),
     ``mix32(. ^ DRAW_SALT)`` (as many), the product by ``j + 1``
     (:data:`~smartsage.rtl.rng.MULTIPLY_LATENCY`), then a decision stage that holds the product and
     whether ``low < n``. No stage waits (no pipeline enable to fan out): draws are issued
@@ -119,20 +117,12 @@ class PositionSampler(wiring.Component):
         listing = Signal()      # d <= k: the positions 0..d-1 go out
         drawing = Signal()      # d > k: Floyd's draws
         # the next draw to issue: its position index is j = d - left (positions without a draw issued),
-        # its draw index next_c. Only these 37 bits and ``draw_input`` are loaded by a request, an
-        # issue and the held draw's return (j is worked out into the issue register), so the flags
-        # that pick among those loads fan out to few registers.
+        # its draw index next_c. Only these 37 bits are loaded by a request, an issue and the held
+        # draw's return (j is worked out into the issue register; mix32's first xor-shift of
+        # H_v ^ next_c is one LUT per bit in front of its first adder stage), so the flags that pick
+        # among those loads fan out to few registers.
         left = Signal(range(self.max_fanout + 1), reset_less=True)
-        # left != 0, a register loaded beside ``left`` (with its new value's compare worked out from
-        # the old: left - 1 != 0 is left != 1), so the issue decision is an AND of flip-flops (left ->
-        # its compare -> ``issue`` -> ``reserved`` was 8.35 ns on the ECP5 proxy)
-        any_left = Signal(reset_less=True)
         next_c = Signal(32, reset_less=True)
-        # mix32's first xor-shift of H_v ^ next_c, a register loaded with it (it loads where ``key``
-        # and ``next_c`` do, with their new values: equal to ``mix32_first_shift(key ^ next_c)`` in
-        # every cycle), so the first adders' carry chains start at flip-flops (next_c -> that LUT ->
-        # the chains was 7.7-8.0 ns, the whole kernel's worst path of an ECP5 proxy run)
-        draw_input = Signal(32, reset_less=True)
         # (a chosen position is read only while its valid bit is set)
         chosen = Array(Signal(32, name=f"chosen{i}", reset_less=True) for i in range(self.max_fanout))
         chosen_valid = Signal(self.max_fanout)  # thermometer: chosen[i] holds a position
@@ -171,7 +161,7 @@ class PositionSampler(wiring.Component):
             m.d.sync += [valids[i].eq(valids[i - 1] & ~kill), ns[i].eq(ns[i - 1] + 1 if i == 1 else ns[i - 1]),
                          cs[i].eq(cs[i - 1])]
         always = Const(1)
-        first = mix32_pipelined(m, draw_input, always, name="draw_mix1", shifted=True)
+        first = mix32_pipelined(m, key ^ next_c, always, name="draw_mix1")
         second = mix32_pipelined(m, first ^ spec_rng.DRAW_SALT, always, name="draw_mix2")
         at_multiply = 2 * MIX32_LATENCY - 1
         product = multiply_pipelined(m, second, ns[at_multiply], always, name="draw_mul", platform=platform)
@@ -237,8 +227,7 @@ class PositionSampler(wiring.Component):
         req = self.request.payload
         with m.If(~busy):
             m.d.sync += [key.eq(req.key), degree.eq(req.degree), count.eq(0), chosen_valid.eq(0),
-                         next_c.eq(0), draw_input.eq(mix32_first_shift(req.key)), left.eq(req.fanout),
-                         any_left.eq(req.fanout != 0)]
+                         next_c.eq(0), left.eq(req.fanout)]
             if not self._draws_only:
                 m.d.sync += [sequential.eq(0), to_list.eq(req.degree)]
         with m.If(self.request.valid & self.request.ready):
@@ -296,35 +285,27 @@ class PositionSampler(wiring.Component):
             with m.If(h_busy & threshold_known):
                 m.d.comb += h_busy_next.eq(0)
                 m.d.sync += threshold_known.eq(0)
-                m.d.sync += [next_c.eq(h_c + 1), draw_input.eq(mix32_first_shift(key ^ (h_c + 1)))]
+                m.d.sync += next_c.eq(h_c + 1)
                 with m.If(threshold_rejects):   # redraw j
-                    m.d.sync += [left.eq(h_left), any_left.eq(h_left != 0)]
+                    m.d.sync += left.eq(h_left)
                 with m.Else():
-                    m.d.sync += [left.eq(h_left - 1), any_left.eq(h_left != 1)]
-            with m.Elif(~h_busy & room & any_left):
+                    m.d.sync += left.eq(h_left - 1)
+            with m.Elif(~h_busy & room & (left != 0)):
                 m.d.comb += issue.eq(1)
-                m.d.sync += [left.eq(left - 1), any_left.eq(left != 1), next_c.eq(next_c + 1),
-                             draw_input.eq(mix32_first_shift(key ^ (next_c + 1)))]
+                m.d.sync += [left.eq(left - 1), next_c.eq(next_c + 1)]
 
         # reserved: +1 for a draw issued or a sequential position written, -1 for a position taken;
         # a flush drops the draws behind the held one (it keeps its place), a rejection drops it.
         # The count's next values are added from the register alone and picked by the three events
         # (no carry chain behind ``issue`` or ``taken``).
-        # A position taken is counted a cycle late (``taken_late``, a flip-flop), so the consumer's
-        # handshake reaches one register, not the count's update (the lane's read port -> a
-        # sampler's ``reserved`` was 7.9-9.2 ns on the ECP5 proxy); until then the count is one
-        # high, which only holds an issue back (:data:`POSITION_BUFFER` covers it). A flush counts
-        # the FIFO's level, which holds every position taken before this cycle.
-        taken_late = Signal()
-        m.d.sync += taken_late.eq(taken)
         dropped = h_busy & threshold_known & threshold_rejects
         up = issue | written
         with m.If(flush):
-            m.d.sync += reserved.eq(out.level + 1)
-        with m.Elif(up & ~taken_late & ~dropped):
+            m.d.sync += reserved.eq(Mux(taken, out.level, out.level + 1))
+        with m.Elif(up & ~taken & ~dropped):
             m.d.sync += reserved.eq(reserved + 1)
-        with m.Elif(~up & taken_late & dropped):
+        with m.Elif(~up & taken & dropped):
             m.d.sync += reserved.eq(reserved - 2)
-        with m.Elif((taken_late ^ dropped) ^ up):     # one down and none up, or two down and one up
+        with m.Elif((taken ^ dropped) ^ up):     # one down and none up, or two down and one up
             m.d.sync += reserved.eq(reserved - 1)
         return m

@@ -375,8 +375,6 @@ class EdgeStreamer(KernelBlock):
         m.d.comb += [
             collector.wide_ids.eq(wide_ids), collector.abandon.eq(finishing), collector.clear.eq(job_reset),
             collector.resume.eq(self.resume),
-            collector.next_answer_ids.eq(answer_head.next_head.ids),
-            collector.next_job_count.eq(collect_head.next_head.count),
             self.storage_error.eq(collector.storage_error),
             self.storage_error_address.eq(collector.storage_error_address),
         ]

@@ -65,13 +65,6 @@ class NodeListCollector(KernelBlock):
         empties both queues at the same time).
     resume : ``In(1)``
         Forget a read error (the next command is taken).
-    next_answer_ids : ``In(range(data_width // 32 + 1))``
-        The ``ids`` of the answer at the head of ``answers`` in the next cycle, should the head
-        leave now or be empty (the answer buffer's ``next_head``): "this id is the answer's last"
-        is a flip-flop worked out from it a cycle ahead.
-    next_job_count : ``In(range(max_fanout + 1))``
-        Likewise the ``count`` of the next job at the head of ``jobs`` (the job buffer's ``next_head``),
-        for the flip-flop "this id is the job's last".
     idle : ``Out(1)``
         No answer or job waits (or stopped by an error).
     failed : ``Out(1)``
@@ -85,8 +78,6 @@ class NodeListCollector(KernelBlock):
             "answers": In(stream.Signature(answer_layout(config.data_width))),
             "jobs": In(stream.Signature(collect_layout(config.max_fanout))),
             "appends": Out(stream.Signature(AppendWord)),
-            "next_answer_ids": In(range(config.data_width // 32 + 1)),
-            "next_job_count": In(range(config.max_fanout + 1)),
             "wide_ids": In(1), "abandon": In(1), "clear": In(1), "resume": In(1),
             "idle": Out(1), "failed": Out(1), "storage_error": Out(1), "storage_error_address": Out(ADDRESS_WIDTH),
         })
@@ -121,20 +112,10 @@ class NodeListCollector(KernelBlock):
         first_next = Signal()
         first, first_select = register_copies(m, platform, "first", first_next, 2, init=1)
         m.d.comb += first_next.eq(first)
-        # "the id being appended is the head answer's last" (``taken == ids - 1``) and "the job's
-        # last" (``_last_of_job``) as flip-flops, worked out a cycle ahead: from the buffers' next
-        # head when the head leaves (or is empty), else from the counts as they step. The step's
-        # handshake then reaches the buffers' handshakes through ANDs of flip-flops alone (the id
-        # count compares in front of ``answers.ready`` and ``jobs.ready`` were part of the worst path
-        # of three in four runs of the ECP5 proxy: the head's error or the job's valid -> the step ->
-        # the two buffers' skid flags, 8.7-9.6 ns)
-        last_of_answer = Signal()
-        last_of_job = Signal()
         offset = Signal(beat_log2 + 1)
         append_address = Signal(ADDRESS_WIDTH)       # the next id's, within a job
         # (handles for the formal checks' invariants)
         self._appended, self._first, self._append_address = appended, first, append_address
-        self._last_of_job_flag = last_of_job
         m.d.comb += offset.eq(head.address[:beat_log2] + id_offset(wide_ids, taken))
         wide_id = head.beat.word_select(offset[3:beat_log2], 64) if data_bytes > 8 else head.beat
         narrow_id = head.beat.word_select(offset[2:beat_log2], 32)
@@ -155,10 +136,10 @@ class NodeListCollector(KernelBlock):
                 m.d.comb += first_next.eq(0)
                 m.d.sync += [taken.eq(taken + 1), appended.eq(appended + 1),
                              append_address.eq(self._next_address(appends.payload.address, wide_ids))]
-                with m.If(last_of_answer):
+                with m.If(taken == head.ids - 1):
                     m.d.comb += answers.ready.eq(1)
                     m.d.sync += taken.eq(0)
-                with m.If(last_of_job):
+                with m.If(self._last_of_job(appended, job.count)):
                     m.d.comb += jobs.ready.eq(1)
                     m.d.comb += first_next.eq(1)
                     m.d.sync += appended.eq(0)
@@ -167,26 +148,5 @@ class NodeListCollector(KernelBlock):
             m.d.sync += [taken.eq(0), appended.eq(0)]
         with m.If(self.resume):  # stopped by an error until the next command
             m.d.comb += error_next.eq(0)
-
-        # the two flags' next values, as ``taken`` and ``appended`` step above: a head that leaves
-        # (or an empty one) is replaced by the buffer's next head, whose count starts at 0; a clear
-        # or an error starts the head's count again; a step moves it on by one. The late decisions
-        # (the buffers' loads, the step) pick among values worked out from flip-flops
-        stepped = appends.valid & appends.ready
-        appended_step = Signal.like(appended)   # (as the register holds it: a broken variant's wraps)
-        m.d.comb += appended_step.eq(appended + 1)
-        restart = self.clear | error
-        with m.If(~answers.valid | answers.ready):
-            m.d.sync += last_of_answer.eq(self.next_answer_ids == 1)
-        with m.Elif(restart):
-            m.d.sync += last_of_answer.eq(head.ids == 1)
-        with m.Elif(stepped):
-            m.d.sync += last_of_answer.eq(taken + 2 == head.ids)
-        with m.If(~jobs.valid | jobs.ready):
-            m.d.sync += last_of_job.eq(self._last_of_job(0, self.next_job_count))
-        with m.Elif(restart):
-            m.d.sync += last_of_job.eq(self._last_of_job(0, job.count))
-        with m.Elif(stepped):
-            m.d.sync += last_of_job.eq(self._last_of_job(appended_step, job.count))
         m.d.comb += self.failed.eq(failed)
         return m

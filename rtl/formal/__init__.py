@@ -92,13 +92,12 @@ KERNEL_WRITES_CHECKS = {
         "register; once result_valid every register holds its word; the queue is empty outside DESCRIPTOR "
         "and FINISH); about 13 s here"),
     "lane_appends": FormalCheck(
-        "lane_appends", "lane_appends", "prove", 3,
-        "the collector's appends against the job at its head (jobs as the streamer's job buffer and the "
-        "sequencer's proved job slots provide them, answers free); k-induction closes at depth 3 (depth 2 "
-        "since the buffer is empty out of reset is too short for the base case to reach a broken variant's "
-        "bad append) with four invariants on its registers (no id appended while no job is at the head; the "
-        "last-id flag is the job's last; appended < count; the next id's address is the job's + appended x id "
-        "size); one property per run, in order (kernel_writes.ordered_parts)",
+        "lane_appends", "lane_appends", "prove", 2,
+        "the collector's appends against the job at its head (jobs as the streamer's FIFO and the "
+        "sequencer's proved job slots provide them, answers free); k-induction closes at depth 2 with three "
+        "invariants on its two registers (no id appended while no job is at the head; appended < count; the "
+        "next id's address is the job's + appended x id size); one property per run, in order "
+        "(kernel_writes.ordered_parts)",
         parts=lane_appends.PART_ORDER),
 }
 

@@ -8,10 +8,7 @@ every step, the write port's ``ready``, ``abandon``, ``clear`` and ``resume`` fr
 Assumed, as the edge streamer and the sequencer provide them:
 
 - a job at the head of ``jobs`` stays there, unchanged, until the collector takes it or ``clear``
-  empties the queue (``jobs`` is the streamer's job buffer, reset with ``clear``, so no job is at
-  the head out of reset or in the cycle after a clear); a job that comes to the head after a cycle in which the
-  head left or was empty has the count ``next_job_count`` announced in that cycle (the buffer's
-  ``next_head``);
+  empties the queue (``jobs`` is the streamer's collects FIFO, reset with ``clear``);
 - a job's place is ``nodes_ptr + base x id size`` with ``count >= 1`` and ``base + count <=
   nodes_capacity`` (what ``sequencer_writes`` proves of every job the sequencer offers, the
   address with it; the dispatcher and the streamer pass jobs on unchanged: argued, see
@@ -21,9 +18,8 @@ Assumed, as the edge streamer and the sequencer provide them:
   command's constants, and the node list does not wrap around the 64-bit address space.
 
 Asserted (in :func:`~.kernel_writes.ordered_parts` order, each property assuming the earlier ones):
-five invariants on the collector's four registers (no id of a job appended while none is at the
-head; the job's-last-id flag is ``_last_of_job(appended, count)`` for the job at the head; fewer ids
-appended than the job has; the first-id flag is ``appended == 0``; the next id's
+four invariants on the collector's three registers (no id of a job appended while none is at the
+head; fewer ids appended than the job has; the first-id flag is ``appended == 0``; the next id's
 address stepped from the job's), then the
 port properties: every append is ``job.address + i x id size`` with ``i < job.count``, of the id
 size ``wide_ids`` says, and so inside ``[nodes_ptr, nodes_ptr + nodes_capacity x id size)``,
@@ -41,13 +37,12 @@ from .kernel_writes import ADDRESS_SPACE, FORMAL_KERNEL_CONFIG, PartsHarness, or
 __all__ = ["LaneAppendsHarness", "BROKEN_LANE_APPENDS", "PART_ORDER", "build"]
 
 #: The lane_appends properties, invariants first (see :func:`~.kernel_writes.ordered_parts`).
-PART_ORDER = ("no_job_none_appended", "last_of_job_flag", "appended_below_count", "first_flag", "append_address",
-              "job_slot", "node_list_window")
+PART_ORDER = ("no_job_none_appended", "appended_below_count", "first_flag", "append_address", "job_slot",
+              "node_list_window")
 
 
 class _ObservedCollector(NodeListCollector):
-    """The real collector (its registers are reachable as ``_appended``, ``_first``, ``_append_address``
-    and ``_last_of_job_flag``)."""
+    """The real collector (its registers are reachable as ``_appended``, ``_first`` and ``_append_address``)."""
 
 
 class _PopsLate(NodeListCollector):
@@ -83,14 +78,6 @@ class LaneAppendsHarness(PartsHarness):
             m.d.comb += [Assume(job.count != 0), Assume(job.count <= dut.config.max_fanout),
                          Assume(job.address == nodes_ptr + id_offset(wide, base)),
                          Assume(base + job.count <= nodes_capacity)]
-        # the job buffer: empty after a clear; a job that comes to the head has the count announced
-        loaded = history(m, ~jobs.valid | jobs.ready, 1, "job_loaded")[0]
-        cleared = history(m, dut.clear, 1, "cleared")[0]
-        announced = history(m, dut.next_job_count, 1, "announced_count")[0]
-        with m.If((steps == 0) | cleared):
-            m.d.comb += Assume(~jobs.valid)
-        with m.If((steps >= 1) & loaded & jobs.valid):
-            m.d.comb += Assume(job.count == announced)
         # the id size changes only after a cycle without a job at the head
         no_job_before = history(m, ~jobs.valid, 1, "no_job_before")[0]
         wide_before = history(m, wide, 1, "wide_before")[0]
@@ -103,7 +90,6 @@ class LaneAppendsHarness(PartsHarness):
         end = nodes_ptr + id_offset(wide, nodes_capacity)
         properties = {
             "no_job_none_appended": jobs.valid | (dut._appended == 0),
-            "last_of_job_flag": ~jobs.valid | (dut._last_of_job_flag == dut._last_of_job(dut._appended, job.count)),
             "appended_below_count": ~jobs.valid | (dut._appended < job.count),
             # (after the count bound: a broken collector whose count wraps breaks that one first)
             "first_flag": dut._first == (dut._appended == 0),

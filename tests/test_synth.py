@@ -159,6 +159,8 @@ def test_report_gives_each_seed_and_their_mean():
     # one seed: the table as before, no sweep line
     single = synth.report_markdown({**results, "timing": [_report("small", 1, 120.0)]})
     assert "| small | 120.0 |" in single and "mean" not in single
+    # one seed other than the default: named
+    assert "| small (seed 4) | 116.5 |" in synth.report_markdown({**results, "timing": [_report("small", 4, 116.5)]})
 
 
 def test_cli_seeds_are_checked(tmp_path, capsys):

@@ -109,7 +109,8 @@ def _synth(args: argparse.Namespace) -> int:
                 print(paths_markdown(report.paths))
         if args.seeds and len(args.seeds) > 1:
             for name in args.block:
-                print("Placement seeds: " + synth.seed_summary([r for r in reports if r.config.endswith(f" {name}")]))
+                print("Placement seeds: "
+                      + synth.seed_summary([r for r in reports if r.config == f"{config.name} {name}"]))
         return 0
     configs = args.config or ["small", "default"]
     timing = [] if args.no_timing else (args.timing_config or ["small"])

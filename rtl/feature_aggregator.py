@@ -274,6 +274,7 @@ class FeatureAggregator(wiring.Component):
         # stepped as the requests go (the groups take consecutive entries), so no address is a sum of
         # a base and an index
         load_left = Signal(64)
+        load_any = Signal()             # load_left != 0, a flip-flop (as ``take_any`` below)
         count_cursor = Signal(64)
         id_cursor = Signal(64)
         sample_cursor = Signal(64)
@@ -285,7 +286,7 @@ class FeatureAggregator(wiring.Component):
         load_count = Signal(range(max_fanout + 1))     # the count of entry load_e (L_SAMPLES)
         with m.FSM(name="load_issue") as fsm:
             with m.State("L_IDLE"):
-                with m.If(running & ~d_loader & (load_left != 0) & group_free[load_group]):
+                with m.If(running & ~d_loader & load_any & group_free[load_group]):
                     m.d.sync += [load_k.eq(_at_most_slots(load_left)), load_e.eq(0),
                                  counted[load_group].eq(0)]
                     m.d.sync += group_free[load_group].eq(0)
@@ -309,7 +310,8 @@ class FeatureAggregator(wiring.Component):
             with m.State("L_ENTRY"):
                 m.d.sync += load_count.eq(counts[load_group][load_e])
                 with m.If(load_e == load_k):
-                    m.d.sync += [load_left.eq(load_left - load_k), load_group.eq(~load_group)]
+                    m.d.sync += [load_left.eq(load_left - load_k), load_any.eq(load_left != load_k),
+                                 load_group.eq(~load_group)]
                     m.next = "L_IDLE"
                 with m.Elif(counted[load_group].bit_select(load_e, 1)):
                     m.next = "L_SAMPLES"
@@ -329,6 +331,9 @@ class FeatureAggregator(wiring.Component):
 
         # ---- loader, answer side: the same order
         take_left = Signal(64)          # entries whose ids are still to be taken
+        # take_left != 0, a flip-flop set where take_left is (the 64-bit compare was in front of the
+        # take's state, 7.0 ns on the ECP5 proxy, the aggregator alone)
+        take_any = Signal()
         take_group = Signal()
         take_k = Signal(range(SLOTS + 1))
         take_e = Signal(range(SLOTS + 1))
@@ -381,7 +386,7 @@ class FeatureAggregator(wiring.Component):
             m.d.sync += [stage.valid.eq(0) for stage in row_pipe]
         with m.FSM(name="load_take") as fsm:
             with m.State("T_IDLE"):
-                with m.If(running & (take_left != 0)):
+                with m.If(running & take_any):
                     m.d.sync += [take_k.eq(_at_most_slots(take_left)), take_e.eq(0),
                                  group_sum_dest.eq(sum_dest)]
                     m.next = "T_COUNTS"
@@ -412,6 +417,7 @@ class FeatureAggregator(wiring.Component):
                 m.d.sync += take_count.eq(counts[take_group][take_e])
                 with m.If(take_e == take_k):    # handed over once its row addresses have landed
                     m.d.sync += [handing[take_group].eq(1), take_left.eq(take_left - take_k),
+                                 take_any.eq(take_left != take_k),
                                  take_group.eq(~take_group)]
                     m.next = "T_IDLE"
                 with m.Else():
@@ -820,7 +826,9 @@ class FeatureAggregator(wiring.Component):
             m.d.comb += draining_next.eq(0)
             m.d.sync += [p.eq(self.parameters), running.eq(1), self.error.eq(0),
                          self.write_error.eq(0), load_left.eq(self.parameters.entries),
-                         take_left.eq(self.parameters.entries), released.eq(0),
+                         load_any.eq(self.parameters.entries != 0),
+                         take_left.eq(self.parameters.entries), take_any.eq(self.parameters.entries != 0),
+                         released.eq(0),
                          count_cursor.eq(self.parameters.counts_addr), id_cursor.eq(self.parameters.nodes_ptr),
                          sample_cursor.eq(self.parameters.nodes_ptr + Mux(self.parameters.wide_ids,
                                                                           self.parameters.entries << 3,

@@ -91,7 +91,7 @@ class BurstReader(wiring.Component):
         # (written at its free slot in every cycle, its ready flags flip-flops: the FIFO's level
         # compare -> ARVALID -> the cursor's and the burst registers' enables was 9.4 ns on the ECP5
         # proxy)
-        m.submodules.in_flight = in_flight = FreeSlotFIFO(width=meta.size, depth=self.outstanding)
+        m.submodules.in_flight = in_flight = FreeSlotFIFO(width=meta.size, depth=self.outstanding, next_flag=True)
 
         burst_log2 = burst_bytes.bit_length() - 1
         # the request being split: the next byte to read, the number of burst-sized blocks after
@@ -158,9 +158,8 @@ class BurstReader(wiring.Component):
         # answers: the head burst labels its beats. "This beat is the burst's last" is a flip-flop
         # (``at_last``), worked out a cycle ahead: the head's ARLEN compared with the beat count
         # behind the FIFO's LUT-RAM read in front of its pop and level was 7.8 ns on the ECP5 proxy
-        # (the aggregator alone). After a burst's last beat the next head's "one beat" flag is read
-        # from a ring of flip-flops that mirrors the FIFO's slots (written where the FIFO writes,
-        # read at the slot after the head), or is the burst being queued now if none is waiting.
+        # (the aggregator alone). After a burst's last beat it is the next head's "one beat" flag
+        # (the FIFO's ``next_flag``); while the FIFO is empty, that of the burst queued next.
         head = Signal(meta)
         beat = Signal(8)
         beat_next = Signal(8, init=1)     # beat + 1
@@ -183,17 +182,10 @@ class BurstReader(wiring.Component):
             in_flight.r_en.eq(pop),
             self.idle.eq(~active & ~presented & ~in_flight.r_rdy),
         ]
-        slots = self.outstanding + 1
-        one_beat = Signal(slots)          # per FIFO slot: its burst has one beat (ARLEN 0)
-        w_slot, r_next = Signal(range(slots)), Signal(range(slots), init=1 % slots)
-        entry_one_beat = entry.final_beat == 0
-        with m.If(fire):
-            m.d.sync += [one_beat.bit_select(w_slot, 1).eq(entry_one_beat),
-                         w_slot.eq(Mux(w_slot == slots - 1, 0, w_slot + 1))]
+        entry_one_beat = entry.final_beat == 0   # the burst queued: ARLEN 0
+        m.d.comb += in_flight.w_flag.eq(entry_one_beat)
         with m.If(pop):
-            m.d.sync += r_next.eq(Mux(r_next == slots - 1, 0, r_next + 1))
-        with m.If(pop):
-            m.d.sync += at_last.eq(Mux(in_flight.level == 1, entry_one_beat, one_beat.bit_select(r_next, 1)))
+            m.d.sync += at_last.eq(in_flight.next_flag)
         with m.Elif(accept):
             m.d.sync += at_last.eq(beat_next == head.final_beat)
         with m.Elif(~in_flight.r_rdy):

@@ -12,7 +12,8 @@ __all__ = ["FreeSlotFIFO"]
 
 class FreeSlotFIFO(wiring.Component):
     """:class:`amaranth.lib.fifo.SyncFIFO`'s ports and behaviour, with a memory one slot larger than
-    ``depth`` whose write port is enabled in every cycle.
+    ``depth`` whose write port is enabled in every cycle, and optionally a one-bit flag per entry
+    kept in flip-flops whose next head's value is known before the head leaves (``next_flag``).
 
     With one slot more than it may hold, the write pointer always names a free slot, so writing the
     input there in every cycle changes nothing that can be read; ``w_en`` moves the pointer and the
@@ -26,6 +27,10 @@ class FreeSlotFIFO(wiring.Component):
     width : int
     depth : int
         Entries it holds at most (the memory has ``depth + 1``).
+    next_flag : bool
+        Add ``w_flag`` and ``next_flag``: a consumer that registers something of its head (a burst's
+        "one beat", say) works it out for the next head a cycle ahead, from flip-flops, instead of
+        behind the memory's read.
 
     Members
     -------
@@ -34,16 +39,22 @@ class FreeSlotFIFO(wiring.Component):
     r_data : ``Out(width)``; r_en : ``In(1)``; r_rdy : ``Out(1)``
         The oldest entry, valid while ``r_rdy``; it leaves when ``r_en & r_rdy``.
     level : ``Out(range(depth + 1))``
+    w_flag : ``In(1)``; next_flag : ``Out(1)`` (with ``next_flag=True``)
+        The flag written with ``w_data``; the flag of the entry that is the head after a read now: the
+        entry behind the head, or the one written now when the head is alone (meaningless otherwise).
     """
 
-    def __init__(self, *, width: int, depth: int):
+    def __init__(self, *, width: int, depth: int, next_flag: bool = False):
         if not isinstance(width, int) or width < 1:
             raise TypeError(f"FIFO width must be a positive integer, not {width!r}")
         if not isinstance(depth, int) or depth < 1:
             raise TypeError(f"FIFO depth must be a positive integer, not {depth!r}")
-        self._width, self._depth = width, depth
-        super().__init__({"w_data": In(width), "w_en": In(1), "w_rdy": Out(1, init=1),
-                          "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1), "level": Out(range(depth + 1))})
+        self._width, self._depth, self._next_flag = width, depth, next_flag
+        members = {"w_data": In(width), "w_en": In(1), "w_rdy": Out(1, init=1),
+                   "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1), "level": Out(range(depth + 1))}
+        if next_flag:
+            members |= {"w_flag": In(1), "next_flag": Out(1)}
+        super().__init__(members)
 
     @property
     def depth(self) -> int:
@@ -77,4 +88,14 @@ class FreeSlotFIFO(wiring.Component):
         with m.If(pop):
             m.d.sync += r_ptr.eq(Mux(r_ptr == slots - 1, 0, r_ptr + 1))
         m.d.sync += self.level.eq(self.level + push - pop)
+        if self._next_flag:
+            # the flags in flip-flops, one per slot, read at the slot behind the head (a register
+            # stepped with the read pointer)
+            flags = Signal(slots)
+            r_next = Signal(range(slots), init=1 % slots)
+            with m.If(push):
+                m.d.sync += flags.bit_select(w_ptr, 1).eq(self.w_flag)
+            with m.If(pop):
+                m.d.sync += r_next.eq(Mux(r_next == slots - 1, 0, r_next + 1))
+            m.d.comb += self.next_flag.eq(Mux(self.level == 1, self.w_flag, flags.bit_select(r_next, 1)))
         return m

@@ -229,7 +229,7 @@ class WriteCombiner(wiring.Component):
         # ---- AW: one run at a time from the ports in turn, registered (AWADDR holds while AWVALID)
         port_bits = max(1, (self._ports - 1).bit_length())
         burst_layout = data.StructLayout({"port": port_bits, "length": range(MAX_BURST + 1)})
-        m.submodules.bursts = bursts = FreeSlotFIFO(width=burst_layout.size, depth=4)
+        m.submodules.bursts = bursts = FreeSlotFIFO(width=burst_layout.size, depth=4, next_flag=True)
         m.submodules.in_flight = in_flight = FreeSlotFIFO(width=ADDRESS_WIDTH, depth=self._outstanding)
         aw_valid = Signal()
         aw_first = Signal(ADDRESS_WIDTH)
@@ -274,8 +274,8 @@ class WriteCombiner(wiring.Component):
         # ---- W: the beats of each burst, in AW order, back to back. "This beat is the burst's
         # last" (WLAST) is a flip-flop worked out a cycle ahead (the beat count compared with the head
         # burst's length behind the burst FIFO's LUT-RAM read was in front of its pop and ready flags,
-        # 6.7 ns on the proxy): after a burst's last beat the next burst's "one beat" flag comes from a
-        # ring of flip-flops mirroring the FIFO's slots, or is the burst queued now if none is waiting
+        # 6.7 ns on the proxy): after a burst's last beat it is the next burst's "one beat" flag (the
+        # FIFO's ``next_flag``); while the FIFO is empty, that of the burst queued next
         current = burst_layout(bursts.r_data)
         sent = Signal(range(MAX_BURST))
         sent_next = Signal(range(MAX_BURST + 1), init=1)   # sent + 1
@@ -291,13 +291,8 @@ class WriteCombiner(wiring.Component):
             bus.wvalid.eq(bursts.r_rdy & head_ready), bus.wdata.eq(head.data), bus.wstrb.eq(head.strobe),
             bus.wlast.eq(at_last),
         ]
-        slots = bursts.depth + 1
-        one_beat = Signal(slots)          # per burst FIFO slot: its burst has one beat
-        w_slot, r_next = Signal(range(slots)), Signal(range(slots), init=1)
         burst_in_one_beat = burst_in.length == 1
-        with m.If(bursts.w_en):
-            m.d.sync += [one_beat.bit_select(w_slot, 1).eq(burst_in_one_beat),
-                         w_slot.eq(Mux(w_slot == slots - 1, 0, w_slot + 1))]
+        m.d.comb += bursts.w_flag.eq(burst_in_one_beat)
         with m.If(w_fire):
             with m.Switch(current.port):
                 for number in range(self._ports):
@@ -305,8 +300,7 @@ class WriteCombiner(wiring.Component):
                         m.d.comb += beat_fifos[number].r_en.eq(1)
             with m.If(at_last):
                 m.d.comb += bursts.r_en.eq(1)
-                m.d.sync += [sent.eq(0), sent_next.eq(1), r_next.eq(Mux(r_next == slots - 1, 0, r_next + 1)),
-                             at_last.eq(Mux(bursts.level == 1, burst_in_one_beat, one_beat.bit_select(r_next, 1)))]
+                m.d.sync += [sent.eq(0), sent_next.eq(1), at_last.eq(bursts.next_flag)]
             with m.Else():
                 m.d.sync += [sent.eq(sent_next), sent_next.eq(sent_next + 1),
                              at_last.eq(sent_next == current.length - 1)]

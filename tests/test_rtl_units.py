@@ -705,7 +705,10 @@ def test_docs_register_table_is_current():
 def test_free_slot_fifo_behaves_as_sync_fifo(depth):
     """FreeSlotFIFO (its memory written in every cycle at the free slot) against Amaranth's SyncFIFO
     of the same depth, cycle by cycle, under random writes and reads: the same ready flags, levels
-    and head (whenever there is one), full and empty included."""
+    and head (whenever there is one), full and empty included; and its ``next_flag`` is, whenever
+    the head leaves and another entry follows, the flag written with that entry."""
+    from collections import deque
+
     from amaranth.lib.fifo import SyncFIFO
 
     from smartsage.rtl.free_slot_fifo import FreeSlotFIFO
@@ -713,9 +716,10 @@ def test_free_slot_fifo_behaves_as_sync_fifo(depth):
     seed = _seed()
     rng = random.Random(seed)
     m = Module()
-    m.submodules.ours = ours = FreeSlotFIFO(width=12, depth=depth)
+    m.submodules.ours = ours = FreeSlotFIFO(width=12, depth=depth, next_flag=True)
     m.submodules.theirs = theirs = SyncFIFO(width=12, depth=depth)
-    seen = {"full": 0, "empty": 0, "reads": 0}
+    seen = {"full": 0, "empty": 0, "reads": 0, "flags": 0}
+    flags = deque()   # the flags of the entries held, oldest first
 
     async def bench(ctx):
         for _ in range(1500):
@@ -724,6 +728,16 @@ def test_free_slot_fifo_behaves_as_sync_fifo(depth):
                 ctx.set(fifo.w_en, w_en)
                 ctx.set(fifo.r_en, r_en)
                 ctx.set(fifo.w_data, data)
+            flag = rng.random() < 0.5
+            ctx.set(ours.w_flag, flag)
+            push, pop = w_en and ctx.get(theirs.w_rdy), r_en and ctx.get(theirs.r_rdy)
+            if pop and (len(flags) >= 2 or push):
+                assert ctx.get(ours.next_flag) == (flags[1] if len(flags) >= 2 else flag)
+                seen["flags"] += 1
+            if pop:
+                flags.popleft()
+            if push:
+                flags.append(flag)
             assert ctx.get(ours.w_rdy) == ctx.get(theirs.w_rdy)
             assert ctx.get(ours.r_rdy) == ctx.get(theirs.r_rdy)
             assert ctx.get(ours.level) == ctx.get(theirs.level)
@@ -738,7 +752,8 @@ def test_free_slot_fifo_behaves_as_sync_fifo(depth):
     sim.add_clock(1e-6)
     sim.add_testbench(bench)
     sim.run()
-    assert seen["full"] and seen["empty"] and seen["reads"] > 300, seen
+    # (a FIFO of one entry never holds a second, nor takes one while full: no next flag to show)
+    assert seen["full"] and seen["empty"] and seen["reads"] > 300 and (seen["flags"] > 100 or depth == 1), seen
 
 
 def test_copies_equal_their_flag_or_and_and_refuse_no_copy():

@@ -4,9 +4,12 @@
   (and, with ``--lint``, Verilator's lint summary).
 - ``smartsage rtl synth [--config NAME ...] -o DIR``: netlists, resource table vs the KU15P and the ECP5
   timing proxy (``DIR/report.md``); ``nox -s synth`` runs this. With ``--seed S`` (repeatable): the
-  proxy on each placement seed, synthesized once, with the seeds' mean. With ``--block NAME``: one
-  block alone on the timing proxy (minutes instead of the whole kernel's tens of minutes), on each
-  ``--seed`` too.
+  proxy on each placement seed, synthesized once, with the seeds' mean. With ``--salt K`` (repeatable,
+  default 0): the proxy on each name salt, the harness instance named ``kernel_s<K>`` instead of
+  ``kernel`` (the same logic, another netlist), synthesized once per salt and placed once per seed, with
+  the mean over salts x seeds: the names alone move the figure as much as the seed does, so designs are
+  ranked on that mean. With ``--block NAME``: one block alone on the timing proxy (minutes instead of
+  the whole kernel's tens of minutes), on each ``--seed`` and ``--salt`` too.
 - ``smartsage rtl formal [--check NAME ...] -o DIR``: the SymbiYosys checks of smartsage.rtl.formal.
 - ``smartsage rtl package --config NAME --platform P -o DIR``: package_xo Tcl, v++ link config and README
   for Vitis (smartsage.host.cli_package).
@@ -42,6 +45,11 @@ def register(subparsers) -> None:
     synth.add_argument("--seed", action="append", type=int, metavar="S", dest="seeds",
                        help="nextpnr placement seed of the timing proxy (repeatable: the kernel is synthesized "
                             "once and placed and routed once per seed, and the report gives the mean; default 1)")
+    synth.add_argument("--salt", action="append", type=int, metavar="K", dest="salts",
+                       help="name salt of the timing proxy: its harness instance is named kernel_sK instead of "
+                            "kernel (0, the default: the original names). The same logic with other names routes "
+                            "14-20 MHz apart, as much as another --seed, so rank designs on the mean over salts x "
+                            "seeds (repeatable: synthesized once per salt, placed and routed once per seed)")
     synth.add_argument("--block", action="append", metavar="BLOCK",
                        help="time only this block of the first --config (default small), alone, on the ECP5 "
                             "proxy (repeatable; host.synth.TIMING_BLOCKS, an unknown name lists them)")
@@ -95,26 +103,30 @@ def _synth(args: argparse.Namespace) -> int:
 
     if args.seeds and args.no_timing:
         raise ValueError("--seed sweeps the timing proxy; it does not apply with --no-timing")
+    if args.salts and args.no_timing:
+        raise ValueError("--salt sweeps the timing proxy; it does not apply with --no-timing")
+    seeds, salts = args.seeds or (1,), args.salts or (0,)
     if args.block:
         from smartsage.host.timing_paths import paths_markdown
 
         config = get_config((args.config or ["small"])[0])
-        reports = synth.time_blocks(args.block, config, args.output, seeds=args.seeds or (1,))
+        reports = synth.time_blocks(args.block, config, args.output, seeds=seeds, salts=salts)
         for report in reports:
-            print(f"{report.config}{f' (seed {report.seed})' if args.seeds else ''}: "
+            salt = f", salt {report.salt}" if args.salts else ""
+            print(f"{report.config}{f' (seed {report.seed}{salt})' if args.seeds or args.salts else ''}: "
                   f"{report.fmax_mhz:.1f} MHz (target {report.target_mhz:g}, speed grade "
                   f"{report.speed_grade}); critical path {report.critical_from} -> {report.critical_to}, "
                   f"{report.logic_levels} logic levels, {report.critical_ns:.1f} ns")
             if report.paths:
                 print(paths_markdown(report.paths))
-        if args.seeds and len(args.seeds) > 1:
+        if len(seeds) * len(salts) > 1:
+            which = "Placement seeds and name salts: " if any(salts) else "Placement seeds: "
             for name in args.block:
-                print("Placement seeds: "
-                      + synth.seed_summary([r for r in reports if r.config == f"{config.name} {name}"]))
+                print(which + synth.seed_summary([r for r in reports if r.config == f"{config.name} {name}"]))
         return 0
     configs = args.config or ["small", "default"]
     timing = [] if args.no_timing else (args.timing_config or ["small"])
-    synth.run_synth(args.output, configs, timing, seeds=args.seeds or (1,))
+    synth.run_synth(args.output, configs, timing, seeds=seeds, salts=salts)
     print((args.output / "report.md").read_text(), end="")
     return 0
 

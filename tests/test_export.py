@@ -198,6 +198,10 @@ def test_each_block_resets_from_its_own_copy_of_the_kernel_reset(exported, proxy
 
     flag_copies += [f"first{i}_ff" for _ in range(CONFIG.lanes) for i in range(2)]
     flag_copies += [f"h_busy{i}_ff" for _ in range(CONFIG.lanes * SAMPLERS_PER_LANE) for i in range(2)]
+    # and each lane's samplers' reset, one per sampler and one for the lane's turn flag
+    flag_copies += [f"samplers_reset{i}_ff" for _ in range(CONFIG.lanes) for i in range(SAMPLERS_PER_LANE + 1)]
+    # and the write combiner's flush, one per port (the lanes' and the sequencer's)
+    flag_copies += [f"flush{i}_ff" for i in range(CONFIG.lanes + 1)]
     # and the aggregator's draining flag, one per part of the block that reads it
     flag_copies += [f"draining{i}_ff" for i in range(5)]
     # and the read pointers of the sequencer's two head buffers and of the aggregator's writer's

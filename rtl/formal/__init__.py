@@ -186,6 +186,7 @@ def harness(block: str, variant: str | None = None, inductive_only: bool = False
     if block == "write_combiner":
         cls = broken or writers.DEFAULT_CLASSES[block]
         return writers.WriteCombinerHarness(
-            cls(FORMAL_DATA_WIDTH, FORMAL_OUTSTANDING, writers.FORMAL_COMBINER_PORTS), inductive_only)
+            cls(FORMAL_DATA_WIDTH, FORMAL_OUTSTANDING, writers.FORMAL_COMBINER_PORTS, writers.COMBINER_EDGE_REGISTERS),
+            inductive_only)
     cls = broken or writers.DEFAULT_CLASSES[block]
     return writers.BeatWriterHarness(cls(FORMAL_DATA_WIDTH, FORMAL_OUTSTANDING), inductive_only)

@@ -54,8 +54,8 @@ class _ReaderLastEarly(_ObservedBurstReader):
 
     def elaborate(self, platform):
         m = super().elaborate(platform)
-        head = self.in_flight_fifo.r_data
-        m.d.comb += self.response.payload.last.eq(head[9])   # meta.last: after the 9-bit beat count
+        head = self._in_flight_layout(self.in_flight_fifo.r_data)
+        m.d.comb += self.response.payload.last.eq(head.last)
         return m
 
 
@@ -65,8 +65,8 @@ class _ReaderAddressSkewed(_ObservedBurstReader):
     def elaborate(self, platform):
         m = super().elaborate(platform)
         # the burst's registered in-flight entry holds the same address as ARADDR's register
-        entry_address = self.in_flight_fifo.w_data[10:10 + 64]   # after meta.beats (9) and meta.last
-        m.d.comb += self.bus.araddr.eq(entry_address + self.data_width // 8)
+        entry = self._in_flight_layout(self.in_flight_fifo.w_data)
+        m.d.comb += self.bus.araddr.eq(entry.address + self.data_width // 8)
         return m
 
 

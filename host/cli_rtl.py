@@ -5,7 +5,7 @@
 - ``smartsage rtl synth [--config NAME ...] -o DIR``: netlists, resource table vs the KU15P and the ECP5
   timing proxy (``DIR/report.md``); ``nox -s synth`` runs this. With ``--seed S`` (repeatable): the
   proxy on each placement seed, synthesized once, with the seeds' mean. With ``--salt K`` (repeatable,
-  default 0): the proxy on each name salt, the harness instance named ``kernel_s<K>`` instead of
+  default 0): the proxy on each name salt, the harness instance named ``kernel_`` and K ``s`` instead of
   ``kernel`` (the same logic, another netlist), synthesized once per salt and placed once per seed, with
   the mean over salts x seeds: the names alone move the figure as much as the seed does, so designs are
   ranked on that mean. With ``--block NAME``: one block alone on the timing proxy (minutes instead of
@@ -46,10 +46,11 @@ def register(subparsers) -> None:
                        help="nextpnr placement seed of the timing proxy (repeatable: the kernel is synthesized "
                             "once and placed and routed once per seed, and the report gives the mean; default 1)")
     synth.add_argument("--salt", action="append", type=int, metavar="K", dest="salts",
-                       help="name salt of the timing proxy: its harness instance is named kernel_sK instead of "
-                            "kernel (0, the default: the original names). The same logic with other names routes "
-                            "14-20 MHz apart, as much as another --seed, so rank designs on the mean over salts x "
-                            "seeds (repeatable: synthesized once per salt, placed and routed once per seed)")
+                       help="name salt of the timing proxy: its harness instance is named kernel_ and K times s "
+                            "(0, the default: kernel, the original names). Yosys' netlist depends on that name's "
+                            "length, so the same logic routes differently on each salt, as on each --seed; rank "
+                            "designs on the mean over salts x seeds (repeatable: synthesized once per salt, placed "
+                            "and routed once per seed)")
     synth.add_argument("--block", action="append", metavar="BLOCK",
                        help="time only this block of the first --config (default small), alone, on the ECP5 "
                             "proxy (repeatable; host.synth.TIMING_BLOCKS, an unknown name lists them)")

@@ -142,11 +142,11 @@ class TimingPath:
 def readable(name: str) -> str:
     """A cell or net name without Yosys escapes, the harness prefix and nextpnr's packer suffixes.
 
-    The harness prefix is the scan harness's instance (``kernel.``, or ``kernel_s<K>.`` at name salt K:
+    The harness prefix is the scan harness's instance (``kernel.``, or ``kernel_`` and K ``s`` at name salt K:
     :func:`smartsage.host.synth.harness_instance`) and, on the whole kernel, the Vitis top's own
     ``kernel.`` below it; all are stripped, so that every salt names a register as salt 0 does and the
     paths of different salts compare one by one."""
-    name = re.sub(r"^kernel(_s\d+)?\.(kernel\.)*", "", name.replace("\\", ""))
+    name = re.sub(r"^kernel(_s+)?\.(kernel\.)*", "", name.replace("\\", ""))
     prev = None
     while prev != name:
         prev, name = name, _PACKER_SUFFIX.sub("", name)

@@ -263,14 +263,17 @@ def _block_harness_rtlil(salt=None):
 
 def test_name_salt_renames_the_harness_instance_only():
     """Salt 0 is the harness as it always was (instance ``kernel``, the same RTLIL as without a salt);
-    salt 2 names the instance ``kernel_s2`` and changes nothing else."""
+    salt 2 names the instance ``kernel_ss`` and changes nothing else."""
     assert synth.harness_instance() == synth.harness_instance(0) == "kernel"
-    assert synth.harness_instance(2) == "kernel_s2"
+    assert synth.harness_instance(2) == "kernel_ss"
+    # a length of its own for every salt: Yosys' netlist depends on the name's length, not its letters
+    # (``kernel_s1`` and ``kernel_s2`` gave one netlist and one routed figure, twenty-fourth session)
+    assert len({len(synth.harness_instance(salt)) for salt in range(12)}) == 12
     plain, salt0, salt2 = _block_harness_rtlil(), _block_harness_rtlil(0), _block_harness_rtlil(2)
     assert salt0 == plain
     assert "cell \\top.kernel \\kernel" in plain and "kernel_s" not in plain
-    assert "cell \\top.kernel_s2 \\kernel_s2" in salt2
-    assert salt2.replace("kernel_s2", "kernel") == plain    # the same logic: only the names differ
+    assert "cell \\top.kernel_ss \\kernel_ss" in salt2
+    assert salt2.replace("kernel_ss", "kernel") == plain    # the same logic: only the names differ
     with pytest.raises(ValueError, match="non-negative integers, not -1"):
         synth.harness_instance(-1)
     with pytest.raises(ValueError, match="non-negative integers, not True"):
@@ -306,7 +309,7 @@ def test_sweep_layout_is_unchanged_for_salt_0_and_per_salt_otherwise(tmp_path):
 
 def test_salt_sweep_synthesizes_once_per_salt_and_places_each_seed(tmp_path, monkeypatch):
     """``time_blocks(..., seeds=(1, 2), salts=(0, 3))`` with the tools stubbed: one harness and netlist per
-    salt in its own folder (salt 3's instance ``kernel_s3``), a place and route per salt and seed there,
+    salt in its own folder (salt 3's instance ``kernel_sss``), a place and route per salt and seed there,
     and a report per run carrying its salt; a single salt 0 keeps the layout from before salts."""
     synthesized, routed = [], []
 
@@ -332,7 +335,7 @@ def test_salt_sweep_synthesizes_once_per_salt_and_places_each_seed(tmp_path, mon
     salt0 = (block / "salt0" / "timing_harness.v").read_text()
     salt3 = (block / "salt3" / "timing_harness.v").read_text()
     assert "timing_harness.kernel  kernel (" in salt0 and "kernel_s" not in salt0
-    assert "timing_harness.kernel_s3  kernel_s3 (" in salt3
+    assert "timing_harness.kernel_sss  kernel_sss (" in salt3
     # one salt 0 and one seed: the netlist and the run in the block's folder, as before salts
     synthesized.clear()
     routed.clear()
@@ -347,20 +350,20 @@ def test_salt_sweep_synthesizes_once_per_salt_and_places_each_seed(tmp_path, mon
 
 def test_readable_names_are_the_same_on_every_salt():
     """nextpnr names a kernel cell ``kernel.kernel.<path>`` (harness instance, then the Vitis top's
-    own) and a block's ``kernel.<path>``; a salted harness gives ``kernel_s3.`` for the first ``kernel.``.
+    own) and a block's ``kernel.<path>``; a salted harness gives ``kernel_sss.`` for the first ``kernel.``.
     Reports read the same names on every salt."""
     from smartsage.host import timing_paths as tp
 
-    for salted, plain in [("kernel_s3.kernel.lane0.first_TRELLIS_FF_Q_2", "kernel.kernel.lane0.first_TRELLIS_FF_Q_2"),
-                          ("\\kernel_s12.kernel.sequencer.fsm_state", "\\kernel.kernel.sequencer.fsm_state"),
-                          ("kernel_s3.next_n_TRELLIS_FF_Q_1", "kernel.next_n_TRELLIS_FF_Q_1")]:
+    for salted, plain in [("kernel_sss.kernel.lane0.first_TRELLIS_FF_Q_2", "kernel.kernel.lane0.first_TRELLIS_FF_Q_2"),
+                          ("\\kernel_ssssssssssss.kernel.sequencer.fsm_state", "\\kernel.kernel.sequencer.fsm_state"),
+                          ("kernel_sss.next_n_TRELLIS_FF_Q_1", "kernel.next_n_TRELLIS_FF_Q_1")]:
         assert synth._kernel_name(salted) == synth._kernel_name(plain)
         assert tp.readable(salted) == tp.readable(plain)
-    assert synth._kernel_name("kernel_s3.kernel.lane0.first_TRELLIS_FF_Q_2") == "lane0.first"
-    assert synth._kernel_name("kernel_s3.next_n_TRELLIS_FF_Q_1") == "kernel.next_n"   # a block's, as at salt 0
-    assert tp.readable("kernel_s3.kernel.lane0.first_TRELLIS_FF_Q_2") == "lane0.first"
-    assert tp.readable("kernel_s3.next_n_TRELLIS_FF_Q_1") == "next_n"
-    assert tp._group("kernel_s2.kernel.aggregator.samples.1$DPRAM_COMB0") == "aggregator.samples"
+    assert synth._kernel_name("kernel_sss.kernel.lane0.first_TRELLIS_FF_Q_2") == "lane0.first"
+    assert synth._kernel_name("kernel_sss.next_n_TRELLIS_FF_Q_1") == "kernel.next_n"   # a block's, as at salt 0
+    assert tp.readable("kernel_sss.kernel.lane0.first_TRELLIS_FF_Q_2") == "lane0.first"
+    assert tp.readable("kernel_sss.next_n_TRELLIS_FF_Q_1") == "next_n"
+    assert tp._group("kernel_ss.kernel.aggregator.samples.1$DPRAM_COMB0") == "aggregator.samples"
     assert synth._kernel_name("chain_in_TRELLIS_FF_Q_4") == tp.readable("chain_in_TRELLIS_FF_Q_4") == "chain_in"
 
 

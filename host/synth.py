@@ -414,34 +414,34 @@ def timing_ecp5(config: KernelConfig, out_dir: str | os.PathLike, target_mhz: fl
                         KERNEL_PLACER, salt)
 
 
+def _distinct_integers(values, least: int, plural: str, kind: str, empty: str, why: str) -> tuple[int, ...]:
+    """``values`` as a tuple, checked: at least one (else ``empty``), each an integer >= ``least`` (a bool
+    is refused though Python counts it an int), none twice (``why`` says what a repeat would cost)."""
+    values = tuple(values)
+    if not values:
+        raise ValueError(empty)
+    bad = [v for v in values if isinstance(v, bool) or not isinstance(v, int) or v < least]
+    if bad:
+        raise ValueError(f"{plural} must be {kind} integers, not {', '.join(map(repr, bad))}")
+    if len(set(values)) != len(values):
+        raise ValueError(f"{plural} repeat: {', '.join(map(str, values))} ({why})")
+    return values
+
+
 def check_seeds(seeds) -> tuple[int, ...]:
     """The placement seeds of a sweep, checked: at least one, each a distinct positive integer
     (nextpnr reads ``--seed`` as an integer; seed 0 is its "random" one, which no run can repeat)."""
-    seeds = tuple(seeds)
-    if not seeds:
-        raise ValueError("A timing run needs at least one placement seed")
-    bad = [s for s in seeds if isinstance(s, bool) or not isinstance(s, int) or s < 1]
-    if bad:
-        raise ValueError(f"Placement seeds must be positive integers, not {', '.join(map(repr, bad))}")
-    if len(set(seeds)) != len(seeds):
-        raise ValueError(f"Placement seeds repeat: {', '.join(map(str, seeds))} (a seed's run is deterministic)")
-    return seeds
+    return _distinct_integers(seeds, 1, "Placement seeds", "positive", "A timing run needs at least one placement seed",
+                              "a seed's run is deterministic")
 
 
 def check_salts(salts) -> tuple[int, ...]:
     """The name salts of a sweep (:func:`harness_instance`), checked: at least one, each a distinct
-    non-negative integer (0 is the harness's original names). A bool is refused though Python counts it
-    an int: ``True`` as a salt is a mistake, not salt 1. A repeated salt would synthesize and route the
-    same netlist twice and weigh it twice in the mean (a salt's netlist is deterministic)."""
-    salts = tuple(salts)
-    if not salts:
-        raise ValueError("A timing run needs at least one name salt (0: the harness's original names)")
-    bad = [s for s in salts if isinstance(s, bool) or not isinstance(s, int) or s < 0]
-    if bad:
-        raise ValueError(f"Name salts must be non-negative integers, not {', '.join(map(repr, bad))}")
-    if len(set(salts)) != len(salts):
-        raise ValueError(f"Name salts repeat: {', '.join(map(str, salts))} (a salt's netlist is deterministic)")
-    return salts
+    non-negative integer (0 is the harness's original names). ``True`` as a salt is a mistake, not salt
+    1. A repeated salt would synthesize and route the same netlist twice and weigh it twice in the mean."""
+    return _distinct_integers(salts, 0, "Name salts", "non-negative",
+                              "A timing run needs at least one name salt (0: the harness's original names)",
+                              "a salt's netlist is deterministic")
 
 
 def sweep_dirs(out_dir: str | os.PathLike, salts=(0,), seeds=(1,)) -> dict[tuple[int, int], tuple[pathlib.Path, str]]:

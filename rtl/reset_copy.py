@@ -11,15 +11,21 @@ instance (named ``<block>_reset_ff``), which Yosys keeps. Elsewhere (export, Ver
 synth_xilinx) a copy is a plain register.
 
 A block leaves reset one cycle after the kernel's reset falls, all blocks in the same cycle.
+
+A reset that a block drives itself to thousands of its own registers (the feature aggregator's,
+held through each command's start and end) is one net however it is copied at the top; on the
+proxy :func:`global_reset` puts it on the clock network, through a ``DCCA`` (ECP5's clock buffer),
+whose spines reach every slice with one delay, as Vivado's ``opt_design`` puts a high-fanout
+reset on a ``BUFG``. Elsewhere the reset is the register itself.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, ResetSignal, Signal
+from amaranth.hdl import Instance, Module, ResetSignal, Signal
 
 from .register_copies import trellis_register
 
-__all__ = ["reset_copy"]
+__all__ = ["reset_copy", "global_reset"]
 
 
 def reset_copy(m: Module, platform, name: str) -> Signal:
@@ -31,3 +37,14 @@ def reset_copy(m: Module, platform, name: str) -> Signal:
     copy = Signal(init=1, reset_less=True, name=name)
     m.d.sync += copy.eq(ResetSignal())
     return copy
+
+
+def global_reset(m: Module, platform, name: str, reset: Signal) -> Signal:
+    """``reset`` (a register) as seen by its loads: on the ECP5 proxy platform the output of a ``DCCA``
+    instance named ``<name>_dcc`` (nextpnr routes a ``DCCA``'s output on one of the global networks
+    that reach the fabric), elsewhere ``reset`` itself."""
+    if getattr(platform, "family", None) != "ecp5":
+        return reset
+    buffered = Signal(name=name)
+    m.submodules[f"{name}_dcc"] = Instance("DCCA", i_CLKI=reset, i_CE=1, o_CLKO=buffered)
+    return buffered

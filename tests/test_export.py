@@ -213,6 +213,16 @@ def test_each_block_resets_from_its_own_copy_of_the_kernel_reset(exported, proxy
     assert "TRELLIS_FF" not in exported["verilog"].read_text()
 
 
+def test_aggregator_reset_is_on_the_clock_network_on_the_proxy_only(exported, proxy_verilog):
+    """On the ECP5 proxy the feature aggregator's reset (some 1,750 flip-flops) leaves its register
+    through a ``DCCA``, which nextpnr routes on a global network (rtl/reset_copy.py); nothing else
+    does, and the exported Verilog has no ``DCCA``."""
+    import re
+
+    assert re.findall(r"\bDCCA\s+(\w+) \(", proxy_verilog) == ["aggregate_rst_dcc"]
+    assert "DCCA" not in exported["verilog"].read_text()
+
+
 def test_frontier_walk_steps_from_copies_of_its_decision_on_the_proxy_only(exported, proxy_verilog):
     """On the ECP5 proxy the last AND of FRONTIER's hand-off is a ``LUT4`` instance per group of the
     walk's registers (``written``, ``nodes_room``, ``frontier_index``, ``count_address``, 64 bits

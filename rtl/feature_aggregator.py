@@ -295,6 +295,13 @@ class FeatureAggregator(wiring.Component):
         load_e = Signal(range(SLOTS + 1))
         load_j = Signal(range(max_fanout + 1))
         load_count = Signal(range(max_fanout + 1))     # the count of entry load_e (L_SAMPLES)
+        # what load_left and load_any become when the group's requests are done, registers following
+        # them and load_k in every cycle (both are steady from L_IDLE to that cycle, two or more
+        # cycles later), so no 64-bit subtraction or compare of load_k sits in front of them
+        # (take_k / load_k -> take_left / load_left was 8.7-9.2 ns on the whole kernel's proxy)
+        load_rest = Signal(64)
+        load_rest_any = Signal()
+        m.d.sync += [load_rest.eq(load_left - load_k), load_rest_any.eq(load_left != load_k)]
         with m.FSM(name="load_issue") as fsm:
             with m.State("L_IDLE"):
                 with m.If(running & ~d_loader & load_any & group_free[load_group]):
@@ -321,7 +328,7 @@ class FeatureAggregator(wiring.Component):
             with m.State("L_ENTRY"):
                 m.d.sync += load_count.eq(counts[load_group][load_e])
                 with m.If(load_e == load_k):
-                    m.d.sync += [load_left.eq(load_left - load_k), load_any.eq(load_left != load_k),
+                    m.d.sync += [load_left.eq(load_rest), load_any.eq(load_rest_any),
                                  load_group.eq(~load_group)]
                     m.next = "L_IDLE"
                 with m.Elif(counted[load_group].bit_select(load_e, 1)):
@@ -350,6 +357,10 @@ class FeatureAggregator(wiring.Component):
         take_e = Signal(range(SLOTS + 1))
         take_j = Signal(range(max_fanout + 1))
         take_count = Signal(range(max_fanout + 1))     # the count of entry take_e (T_SAMPLES)
+        # (as load_rest: steady from T_IDLE to the take's end, two or more cycles later)
+        take_rest = Signal(64)
+        take_rest_any = Signal()
+        m.d.sync += [take_rest.eq(take_left - take_k), take_rest_any.eq(take_left != take_k)]
         load_samples_taking = Signal()  # the answer side takes sample ids (else self ids)
         self_dest = Signal(64)          # running: self[take entry]
         sum_dest = Signal(64)           # running: sum[take entry]
@@ -427,8 +438,8 @@ class FeatureAggregator(wiring.Component):
             with m.State("T_ENTRY"):   # the entry's count into a register (as L_ENTRY)
                 m.d.sync += take_count.eq(counts[take_group][take_e])
                 with m.If(take_e == take_k):    # handed over once its row addresses have landed
-                    m.d.sync += [handing[take_group].eq(1), take_left.eq(take_left - take_k),
-                                 take_any.eq(take_left != take_k),
+                    m.d.sync += [handing[take_group].eq(1), take_left.eq(take_rest),
+                                 take_any.eq(take_rest_any),
                                  take_group.eq(~take_group)]
                     m.next = "T_IDLE"
                 with m.Else():

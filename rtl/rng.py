@@ -88,14 +88,16 @@ def mix32_first_shift(x: Value) -> Value:
     return x ^ (x >> 16)
 
 
-def mix32_pipelined(m: Module, x: Value, enable: Value, name: str = "mix") -> Signal:
+def mix32_pipelined(m: Module, x: Value, enable: Value, name: str = "mix", shifted: bool = False) -> Signal:
     """lowbias32 of ``x`` (bit-exact with ``mix32``), :data:`MIX32_LATENCY` cycles later: every stage
     moves when ``enable`` is high (the caller's pipeline enable), so the result belongs to the ``x``
     presented :data:`MIX32_LATENCY` enabled cycles before. No multiplier: each constant multiplication
     is a four-level adder tree over the constant's signed digits (:func:`csd_digits`), one adder per
-    stage; each xor-shift shares a stage with the adder next to it."""
+    stage; each xor-shift shares a stage with the adder next to it. With ``shifted`` the caller
+    presents ``mix32_first_shift(x)`` instead of ``x`` (a register of its own, so that the first
+    adders start at flip-flops)."""
     x = Value.cast(x)[:32]
-    first = _constant_product_low(m, mix32_first_shift(x), spec_rng.MIX_MUL1, enable,
+    first = _constant_product_low(m, x if shifted else mix32_first_shift(x), spec_rng.MIX_MUL1, enable,
                                   f"{name}_m1")
     return _constant_product_low(m, first ^ (first >> 15), spec_rng.MIX_MUL2, enable, f"{name}_m2",
                                  post=lambda v: v ^ (v >> 16))

@@ -8,7 +8,8 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from .axi import ADDRESS_WIDTH, BURST_INCR, RESP_OKAY, AxiWriteSignature, check_data_width
-from .ping_pong_buffer import PingPongBuffer
+from .ping_pong_buffer import SELECT_GROUP, PingPongBuffer
+from .register_copies import and_copies
 from .stream_buffer import StreamBuffer
 
 __all__ = ["BeatWriter", "piece_layout", "WRITE_BURST_BEATS"]
@@ -157,8 +158,8 @@ class BeatWriter(wiring.Component):
                 m.d.sync += [run_open.eq(1), run.address.eq(beat.address),
                              run.first.eq(beat.address | beat.first_byte), run.beats.eq(1)]
 
-        def emit(address, value, strobe):
-            m.d.comb += [want.eq(1), emit_address.eq(address), emit_data.eq(value), emit_strobe.eq(strobe),
+        def emit(address, strobe):
+            m.d.comb += [want.eq(1), emit_address.eq(address), emit_strobe.eq(strobe),
                          follows.eq((address == emitted_next) & (address[:12] != 0)),
                          emit_next.eq(address + data_bytes)]
 
@@ -227,19 +228,35 @@ class BeatWriter(wiring.Component):
         bytes_mask = Cat(*(low_strobe[i].replicate(8) for i in range(data_bytes)))
         # (``hold_high``: the holding beat is the spill of the piece before, else that piece's beat)
         same = hold_valid & Mux(hold_high, staged.same_high, staged.same_low)
-        merged_data = Mux(same, hold_data, 0) | (placed[:width] & bytes_mask)
+        hold_first = hold_valid & (hold_flush | (stage.o.valid & ~same))
+        # The data's two selects (whether the piece merges into the holding beat, and whether the
+        # holding beat goes first) reach every data bit: each is a LUT4 instance per group of
+        # SELECT_GROUP bits on the proxy (register_copies.and_copies), so neither decision drives
+        # some three hundred multiplexers as one net (the stage's valid -> that net -> the merged
+        # beat buffer's slots was 8.3 ns at two levels on the whole kernel's ECP5 proxy)
+        groups = range(0, width, SELECT_GROUP)
+        same_copies = and_copies(m, platform, "same", hold_valid, Mux(hold_high, staged.same_high, staged.same_low),
+                                 len(groups))
+        first_copies = and_copies(m, platform, "hold_first", hold_valid, hold_flush | (stage.o.valid & ~same),
+                                  len(groups))
+        merged_data = Cat(Mux(same_g, hold_data[start:start + SELECT_GROUP], 0)
+                          | (placed[start:min(start + SELECT_GROUP, width)] & bytes_mask[start:start + SELECT_GROUP])
+                          for same_g, start in zip(same_copies, groups, strict=True))
         merged_strobe = Mux(same, hold_strobe, 0) | low_strobe
+        m.d.comb += emit_data.eq(Cat(Mux(first_g, hold_data[start:start + SELECT_GROUP],
+                                         merged_data[start:start + SELECT_GROUP])
+                                     for first_g, start in zip(first_copies, groups, strict=True)))
         high_mask = Cat(*(high_strobe[i].replicate(8) for i in range(data_bytes)))
         fills = staged.fills
 
-        with m.If(hold_valid & (hold_flush | (stage.o.valid & ~same))):
+        with m.If(hold_first):
             # the holding beat goes first (a flush, or the next piece belongs elsewhere)
-            emit(hold_address, hold_data, hold_strobe)
+            emit(hold_address, hold_strobe)
             with m.If(can_emit):
                 m.d.sync += hold_valid.eq(0)
         with m.Elif(stage.o.valid):
             with m.If(fills | piece.flush):
-                emit(beat_address, merged_data, merged_strobe)
+                emit(beat_address, merged_strobe)
                 m.d.comb += stage.o.ready.eq(can_emit)
                 with m.If(can_emit):
                     m.d.sync += [hold_valid.eq(staged.spills), hold_flush.eq(piece.flush), hold_high.eq(1),

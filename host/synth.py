@@ -8,7 +8,8 @@
   feeds the kernel's ports from a scan chain so that a design with ~550 ports fits the package. Its
   Fmax moves with the netlist's names (the harness instance's, a "name salt") as much as with
   nextpnr's placement seed, so designs are ranked on the mean over salts x seeds
-  (:func:`timing_ecp5_seeds`).
+  (:func:`timing_ecp5_seeds`), and each run also counts the endpoints that miss the target (a
+  figure of the whole design that moves less than the worst path does).
 
 :func:`run_synth` does all of it for a list of configurations (``nox -s synth``); docs/synthesis.md
 holds its tables. Tools that are missing raise :class:`ToolMissing` naming the tool.
@@ -377,6 +378,9 @@ class TimingReport:
     seed: int = 1
     #: The netlist's name salt (:func:`harness_instance`; 0: the harness's original names).
     salt: int = 0
+    #: Endpoint register groups (a bus counts once) whose worst path misses the target
+    #: (``host.timing_paths.worst_paths``); None where not worked out.
+    failing_endpoints: int | None = None
 
     @property
     def meets_target(self) -> bool:
@@ -521,6 +525,7 @@ def seed_summary(reports: list[TimingReport]) -> str:
     A run is named by its seed, and by its salt too when any run's salt is not 0 (a sweep of salt 0 alone
     reads as it did before salts)."""
     fmax = [r.fmax_mhz for r in reports]
+    failing = [r.failing_endpoints for r in reports]
     salted = any(r.salt for r in reports)
     per_run = ", ".join(f"{r.fmax_mhz:.2f} (seed {r.seed}{f', salt {r.salt}' if salted else ''})" for r in reports)
     if salted:
@@ -529,8 +534,12 @@ def seed_summary(reports: list[TimingReport]) -> str:
         over = f"{_plural(len(fmax), 'run')} ({_plural(salts, 'salt')}{grid}{_plural(seeds, 'seed')})"
     else:
         over = _plural(len(fmax), "seed")
-    return (f"{reports[0].config}: {per_run}; mean {sum(fmax) / len(fmax):.2f}, min {min(fmax):.2f}, "
+    line = (f"{reports[0].config}: {per_run}; mean {sum(fmax) / len(fmax):.2f}, min {min(fmax):.2f}, "
             f"max {max(fmax):.2f} MHz over {over}")
+    if None not in failing:
+        line += (f"; endpoints missing {reports[0].target_mhz:g} MHz: {', '.join(map(str, failing))} "
+                 f"(mean {sum(failing) / len(failing):.1f})")
+    return line
 
 
 def timing_block(component, name: str, out_dir: str | os.PathLike, target_mhz: float = ECP5_PROXY_MHZ,
@@ -699,13 +708,14 @@ def _place_route(synth_dir: pathlib.Path, sub: str, name, target_mhz, seed, time
     utilization = {k: (v.get("used", 0), v.get("available", 0)) for k, v in report.get("utilization", {}).items()
                    if k in ("TRELLIS_COMB", "TRELLIS_FF", "DP16KD", "MULT18X18D", "TRELLIS_IO")}
     delay = sum(float(s.get("delay", 0.0)) for s in steps)
-    from smartsage.host.timing_paths import top_paths
+    from smartsage.host.timing_paths import worst_paths
 
-    # the five worst endpoints, the scan chain's registers left out (host/timing_paths.py)
-    paths = top_paths(out / "routed.json", out / "nextpnr_report.json", target_mhz, count=5)
+    # the five worst endpoints, and how many miss the target, the scan chain's registers left out
+    # (host/timing_paths.py)
+    paths, failing = worst_paths(out / "routed.json", out / "nextpnr_report.json", target_mhz, count=5)
     return TimingReport(name, fmax, target_mhz, _kernel_name(cells[0]), _kernel_name(cells[-1]), nets,
                         logic_levels(steps), delay, utilization, synth_seconds + pnr_seconds, paths=paths,
-                        seed=seed)
+                        seed=seed, failing_endpoints=failing)
 
 
 # ---------------------------------------------------------------------------------------------- reports
@@ -819,9 +829,9 @@ def report_markdown(results: dict) -> str:
         grades = sorted({t.speed_grade for t in results["timing"]}) or [ECP5_SPEED_GRADE]
         parts += [f"## Timing proxy (yosys synth_ecp5 + nextpnr-ecp5 --85k --speed {'/'.join(map(str, grades))})",
                   "",
-                  "| config | Fmax (MHz) | target | critical path from | to | through | logic levels | delay (ns) "
-                  "| LUT4 used | MULT18X18D | time |",
-                  "|---|---:|---:|---|---|---|---:|---:|---:|---:|---:|"]
+                  "| config | Fmax (MHz) | target | endpoints missing it | critical path from | to | through "
+                  "| logic levels | delay (ns) | LUT4 used | MULT18X18D | time |",
+                  "|---|---:|---:|---:|---|---|---|---:|---:|---:|---:|---:|"]
         swept = {t.config for t in results["timing"]
                  if sum(u.config == t.config for u in results["timing"]) > 1}
         salted = {t.config for t in results["timing"] if t.salt}
@@ -830,12 +840,13 @@ def report_markdown(results: dict) -> str:
             dsp = t.utilization.get("MULT18X18D", (0, 0))
             through = ", ".join(f"`{n}`" for n in t.critical_nets[:6]) or "-"
             label = _seed_label(t, swept, "", salted)
-            parts.append(f"| {label} | {t.fmax_mhz:.1f} | {t.target_mhz:g} | `{t.critical_from}` | "
+            failing = "-" if t.failing_endpoints is None else f"{t.failing_endpoints:,}"
+            parts.append(f"| {label} | {t.fmax_mhz:.1f} | {t.target_mhz:g} | {failing} | `{t.critical_from}` | "
                          f"`{t.critical_to}` | {through} | {t.logic_levels} | {t.critical_ns:.1f} | "
                          f"{comb[0]:,} of {comb[1]:,} | {dsp[0]} of {dsp[1]} | {t.seconds:.0f} s |")
         for name, overflow in results.get("unfit", {}).items():
             needs = ", ".join(f"{k} {u:,} of {a:,}" for k, (u, a) in overflow.items())
-            parts.append(f"| {name} | does not fit | | | | needs {needs} | | | | | |")
+            parts.append(f"| {name} | does not fit | | | | | needs {needs} | | | | | |")
         parts += ["", "Logic levels: LUTs, DSPs and RAMs on the path, a carry chain counted once."]
         for config in sorted(swept):
             runs = seed_summary([t for t in results["timing"] if t.config == config])

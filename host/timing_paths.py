@@ -67,7 +67,7 @@ import json
 import os
 import re
 
-__all__ = ["TimingPath", "top_paths", "paths_markdown", "DEFAULT_CELL_DELAYS", "DEFAULT_ROUTE"]
+__all__ = ["TimingPath", "top_paths", "worst_paths", "paths_markdown", "DEFAULT_CELL_DELAYS", "DEFAULT_ROUTE"]
 
 #: Fallback cell delays in ns (nextpnr-ecp5 0.11.1 on this flow, speed grade 6), keyed by
 #: (cell type, variant, from-port class, to-port class). Variant ``K0``/``K1`` is the slice half of a
@@ -590,6 +590,14 @@ def top_paths(routed_json, report_json, target_mhz: float, count: int = 5,
     loaded JSON of nextpnr's ``--write`` and ``--report`` (with ``--detailed-timing-report``) outputs.
     Paths that start or end at a register named by ``exclude`` (its cell or its output net: the harness
     scan chain by default) are left out, and so are IO cells unless ``include_io``."""
+    return worst_paths(routed_json, report_json, target_mhz, count, exclude, include_io)[0]
+
+
+def worst_paths(routed_json, report_json, target_mhz: float, count: int = 5,
+                exclude=("chain_in", "chain_out"), include_io: bool = False) -> tuple[list[TimingPath], int]:
+    """:func:`top_paths`, and how many endpoint register groups miss ``target_mhz`` (negative slack): a
+    figure of the whole design's distance from the target that moves less with the placement than
+    the worst path alone does (docs/synthesis.md)."""
     report = _load(report_json)
     graph = _Graph(_load(routed_json), report, exclude, include_io)
     exact = {pin: t for pin, t in _exact_arrivals(report, include_io).items() if pin in graph.setup}
@@ -614,7 +622,8 @@ def top_paths(routed_json, report_json, target_mhz: float, count: int = 5,
     worst = sorted(best.values(), key=lambda pp: pp[0].slack_ns)[:count]
     for path, pin in worst:
         _trace(path, pin, pred, graph.cells)
-    return [path for path, _ in worst]
+    failing = sum(1 for path, _ in best.values() if path.slack_ns < 0)
+    return [path for path, _ in worst], failing
 
 
 def _trace(path: TimingPath, pin, pred: dict, cells: dict) -> None:

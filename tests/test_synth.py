@@ -143,10 +143,25 @@ def test_placement_seeds_are_checked_before_anything_runs(tmp_path):
     assert not any(tmp_path.iterdir())   # nothing synthesized
 
 
-def _report(config, seed, fmax, salt=0):
+def _report(config, seed, fmax, salt=0, failing=None):
     return synth.TimingReport(config, fmax, 150.0, "a.q", "b.d", ["n"], 3, 1000 / fmax,
                               {"TRELLIS_COMB": (30000, 83640), "MULT18X18D": (27, 156)}, 600.0, seed=seed,
-                              salt=salt)
+                              salt=salt, failing_endpoints=failing)
+
+
+def test_report_counts_the_endpoints_that_miss_the_target():
+    """Each run's row, and the sweep's line, give how many endpoints miss the target (a figure that
+    moves less with the placement than Fmax); a run without the count shows a dash, and a sweep with
+    one such run gives no mean of it."""
+    runs = [_report("small", 1, 110.0, failing=120), _report("small", 2, 100.0, failing=141)]
+    text = synth.report_markdown({"lint": {}, "resources": [], "unfit": {}, "timing": runs})
+    assert "| small (seed 1) | 110.0 | 150 | 120 |" in text and "| small (seed 2) | 100.0 | 150 | 141 |" in text
+    assert synth.seed_summary(runs).endswith(
+        "over 2 seeds; endpoints missing 150 MHz: 120, 141 (mean 130.5)")
+    unknown = [runs[0], _report("small", 2, 100.0)]
+    assert "| small (seed 2) | 100.0 | 150 | - |" in synth.report_markdown(
+        {"lint": {}, "resources": [], "unfit": {}, "timing": unknown})
+    assert synth.seed_summary(unknown).endswith("over 2 seeds")
 
 
 def test_report_gives_each_seed_and_their_mean():

@@ -91,6 +91,16 @@ def test_top_paths_one_per_endpoint_group_worst_first():
     assert ends[:3] == ["hit", "mix", "prod"]
 
 
+def test_worst_paths_counts_the_endpoint_groups_that_miss_the_target():
+    everything = tp.top_paths(ROUTED, REPORT, MHZ, count=100000)   # every endpoint group, worst first
+    paths, failing = tp.worst_paths(ROUTED, REPORT, MHZ, count=5)
+    assert paths == everything[:5]
+    assert failing == sum(p.slack_ns < 0 for p in everything)
+    assert 0 < failing < len(everything)   # the fixture's design misses the target on some endpoints only
+    assert tp.worst_paths(ROUTED, REPORT, 1.0)[1] == 0                    # a 1,000 ns period
+    assert tp.worst_paths(ROUTED, REPORT, 100000.0)[1] == len(everything)  # a 10 ps period
+
+
 def test_a_memory_counts_once():
     # Yosys names a split memory's LUT-RAM cells by row and column; nextpnr's packer adds its suffix
     assert tp._group("kernel.kernel.lane0.collects.storage.0.28$DPRAM_COMB1") == "lane0.collects.storage"

@@ -201,7 +201,7 @@ class SamplerKernel(wiring.Component):
         m.domains.aggregate = ClockDomain("aggregate", local=True)
         aggregate_reset = Signal(init=1)
         m.d.sync += aggregate_reset.eq(sequencer.clear_jobs)
-        # on the clock network (a net to some 1,500 flip-flops: 7.5-8.3 ns at no logic level when routed
+        # on the clock network (a net to some 1,750 flip-flops: 7.5-8.3 ns at no logic level when routed
         # as a fabric net on the ECP5 proxy)
         m.d.comb += [ClockSignal("aggregate").eq(ClockSignal()),
                      ResetSignal("aggregate").eq(global_reset(m, platform, "aggregate_rst", aggregate_reset))]

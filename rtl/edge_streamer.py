@@ -40,6 +40,7 @@ from .node_list_collector import NodeListCollector, answer_layout, id_offset
 from .node_list_collector import collect_layout as node_list_collector_layout
 from .position_sampler import DRAW_LATENCY, PositionSampler
 from .register_copies import and_copies, register_copies
+from .rng import mix32_first_shift
 from .stream_buffer import StreamBuffer
 from .tagged_read_stream import ReadPortSignature
 from .write_combiner import AppendWord
@@ -153,7 +154,8 @@ class EdgeStreamer(KernelBlock):
         # job taken in that cycle is dropped with the others when the command ends (FINISH).
         # The flag also takes FINISH's ``abandon`` a cycle late (the sequencer's flag into the
         # stage's write enable was the next path, 11.5 ns at 87.2 MHz): a job taken in FINISH's
-        # first cycle is cleared with the queues in its second (the issuer reads ``abandon`` itself)
+        # first cycle is cleared with the queues in its second (the issuer reads ``abandon`` itself).
+        # (The job offer reads it folded into ``lane_open``, below, a flip-flop loaded in the same way)
         stopped = Signal()
         m.d.sync += stopped.eq(self.halt | collector.failed | finishing)
 
@@ -197,7 +199,7 @@ class EdgeStreamer(KernelBlock):
         # (a staged job in flip-flops, loaded when ``go``, put ~200 enables behind the decision: the
         # edge streamer's critical path on the ECP5 proxy); the samplers' node registers follow the
         # head while they are idle, through ``head_node`` (below).
-        staged_layout = data.StructLayout({"key": 32, "degree": 32, "count": range(cfg.max_fanout + 1),
+        staged_layout = data.StructLayout({"shifted_key": 32, "degree": 32, "count": range(cfg.max_fanout + 1),
                                            "edge_address": 64, "node_address": 64})
         stage = FreeSlotFIFO(width=staged_layout.size, depth=2)
         m.submodules.stage = ResetInserter(job_reset)(stage)
@@ -209,11 +211,14 @@ class EdgeStreamer(KernelBlock):
         # flip-flops (it never waits for its ready), and its ready is not muxed into any load
         turn_hot = Signal(SAMPLERS_PER_LANE, init=1)
         offer = Signal()      # the staged job may go now, given room for it
-        # room in the tickets and collects FIFOs: their levels a cycle before were below depth - 1
-        # (a level grows by at most one a cycle), so no level compare sits in front of ``offer``
-        tickets_room, collects_room = Signal(), Signal()
-        m.d.sync += [tickets_room.eq(tickets.level < tickets.depth - 1),
-                     collects_room.eq(collects.level < collects.depth - 1)]
+        # room in the tickets and collects FIFOs and the lane not stopped, one flip-flop: the levels a
+        # cycle before were below depth - 1 (a level grows by at most one a cycle), so no level compare
+        # sits in front of ``offer``, and the three flags are one LUT input of the job decision and of
+        # each sampler's request valid (as three flip-flops they took a LUT level of their own in
+        # front of the samplers' ready and ``head_node``: 8.3-9.4 ns on the ECP5 proxy)
+        lane_open = Signal()
+        m.d.sync += lane_open.eq((tickets.level < tickets.depth - 1) & (collects.level < collects.depth - 1)
+                                 & ~(self.halt | collector.failed | finishing))
         go = Signal()
         # whether the sampler whose turn it is is ready, a flip-flop of the lane's (the samplers' ready
         # registers, ANDed with the turn and ORed in front of ``go``, were two LUT levels of its
@@ -224,6 +229,10 @@ class EdgeStreamer(KernelBlock):
         # (a sampler never takes a job the lane did not)
         turn_ready = Signal()
         turn_hot_next = Signal.like(turn_hot)
+        # ``turn_hot[n] & turn_ready`` as a flip-flop per sampler (``turn_hot`` is one-hot, so sampler
+        # n's is its next turn bit and its own ``ready_unless_taken``): each sampler's request valid is
+        # one LUT of four flip-flops
+        turn_ready_of = [Signal(name=f"turn_ready_of{number}") for number in range(SAMPLERS_PER_LANE)]
         assert SAMPLERS_PER_LANE > 1, "a job taken by a sampler must move the turn to another"
         # whether the staged job is dense (d == k), a flip-flop beside the stage (a job written into
         # the stage is its head in the next cycle: one is written only while the stage is empty or
@@ -238,18 +247,24 @@ class EdgeStreamer(KernelBlock):
         # multiplexers picked by copies of the take's last AND, so ``go`` reaches four LUTs, not 64
         # multiplexers. (A copy that followed the head a cycle late cost the cycle-count test 9 to 14
         # cycles of its 3,325, whether the samplers took it late or the lane held the job back)
-        head_node = Signal(data.StructLayout({"key": 32, "degree": 32}), reset_less=True)
+        # The stage and ``head_node`` hold the key after mix32's first xor-shift
+        # (:data:`~smartsage.rtl.position_sampler.PositionRequest`): one more input of the LUT that
+        # picks each bit, and no LUT between ``head_node`` and the samplers' first mix32 register
+        # (the xor, fanned out to the six samplers, made ``head_node`` -> ``keyed_c`` 7.5-9.8 ns).
+        head_node = Signal(data.StructLayout({"shifted_key": 32, "degree": 32}), reset_less=True)
+        incoming_shifted_key = mix32_first_shift(incoming.key)
         takes = and_copies(m, platform, "stage_takes", jobs.valid, jobs.ready, HEAD_NODE_GROUPS)
         bits = len(head_node.as_value())
         for group, take in enumerate(takes):
             part = slice(group * bits // HEAD_NODE_GROUPS, (group + 1) * bits // HEAD_NODE_GROUPS)
-            m.d.sync += head_node.as_value()[part].eq(
-                Mux(take, Cat(incoming.key, incoming.degree)[part], Cat(staged.key, staged.degree)[part]))
+            m.d.sync += head_node.as_value()[part].eq(Mux(take, Cat(incoming_shifted_key, incoming.degree)[part],
+                                                          Cat(staged.shifted_key, staged.degree)[part]))
         m.d.comb += [
-            offer.eq(staged_valid & tickets_room & collects_room & ~stopped),
+            offer.eq(staged_valid & lane_open),
             go.eq(offer & (head_dense | turn_ready)),
             stage.r_en.eq(go),
-            staged_in.key.eq(incoming.key), staged_in.degree.eq(incoming.degree), staged_in.count.eq(incoming.count),
+            staged_in.shifted_key.eq(incoming_shifted_key), staged_in.degree.eq(incoming.degree),
+            staged_in.count.eq(incoming.count),
             staged_in.edge_address.eq(incoming.edge_address), staged_in.node_address.eq(incoming.node_address),
             # it holds one job, as a register would (a second place only for the cycle the head
             # leaves): taking jobs ahead of the samplers unbalances the lanes (3,346 cycles instead of
@@ -265,10 +280,10 @@ class EdgeStreamer(KernelBlock):
             collects.w_data.eq(collect_in),
         ]
         for number, sampler in enumerate(samplers):
-            m.d.comb += [sampler.request.payload.key.eq(head_node.key),
+            m.d.comb += [sampler.request.payload.shifted_key.eq(head_node.shifted_key),
                          sampler.request.payload.degree.eq(head_node.degree),
                          sampler.request.payload.fanout.eq(fanout),
-                         sampler.request.valid.eq(offer & ~head_dense & turn_hot[number] & turn_ready)]
+                         sampler.request.valid.eq(offer & ~head_dense & turn_ready_of[number])]
         m.d.comb += turn_hot_next.eq(turn_hot)
         with m.If(go):
             m.d.comb += [tickets.w_en.eq(1), collects.w_en.eq(1)]
@@ -283,6 +298,9 @@ class EdgeStreamer(KernelBlock):
         next_ready = (unless_taken & turn_hot.rotate_left(1)).any()
         m.d.sync += [turn_hot.eq(turn_hot_next),
                      turn_ready.eq(~samplers_reset & ~job_reset & Mux(go & ~head_dense, next_ready, stays_ready))]
+        for number, sampler in enumerate(samplers):
+            m.d.sync += turn_ready_of[number].eq(~samplers_reset & ~job_reset & turn_hot_next[number]
+                                                 & sampler.ready_unless_taken)
 
         # issuer, second half: each ticket's reads, ticket after ticket
         # the sampler whose positions the issuer takes, one-hot, a register loaded with the ticket

@@ -30,8 +30,12 @@ DRAW_LATENCY = 2 * MIX32_LATENCY + MULTIPLY_LATENCY + 1
 #: loop streams one position per cycle.
 POSITION_BUFFER = DRAW_LATENCY + 5
 
-#: One node to sample: its RNG key H_v, its degree d (>= 1) and the hop's fanout k.
-PositionRequest = data.StructLayout({"key": 32, "degree": 32, "fanout": 16})
+#: One node to sample: its RNG key H_v after mix32's first xor-shift (``shifted_key`` is
+#: ``mix32_first_shift(H_v)``, ``H_v ^ (H_v >> 16)``), its degree d (>= 1) and the hop's fanout k.
+#: The xor-shift is linear, so mix32's first step of ``H_v ^ c`` is ``shifted_key ^ (c ^ (c >> 16))``:
+#: the sampler never needs H_v itself, and a requester that shifts the key where it stages the node
+#: puts no LUT between its register and the sampler's first mix32 register.
+PositionRequest = data.StructLayout({"shifted_key": 32, "degree": 32, "fanout": 16})
 
 
 class PositionSampler(wiring.Component):
@@ -104,7 +108,7 @@ class PositionSampler(wiring.Component):
         # flip-flop, set by the kernel's reset or the sequencer's ``reset_samplers``) so reaches the control
         # flags only, not ~700 flip-flops per sampler (on the ECP5 proxy that net, into the registers,
         # was an 11.8 ns path of the whole kernel)
-        key = Signal(32, reset_less=True)
+        shifted_key = Signal(32, reset_less=True)    # mix32_first_shift(H_v)
         # positions still to list (d <= k): loaded with d itself, not d - 1, so no subtraction sits
         # between the lane's job stage (a LUT-RAM read) and these registers (11.2 ns on the proxy)
         to_list = Signal(32, reset_less=True)
@@ -128,13 +132,14 @@ class PositionSampler(wiring.Component):
         left_any = Signal(reset_less=True)
         next_c = Signal(32, reset_less=True)
         # mix32's first xor-shift of H_v ^ next_c, loaded wherever next_c is (equal to
-        # ``mix32_first_shift(key ^ next_c)`` in every cycle), so mix32's first adders start at
+        # ``shifted_key ^ mix32_first_shift(next_c)`` in every cycle), so mix32's first adders start at
         # flip-flops: next_c -> that LUT -> a net to some thirteen adder inputs -> the adders was
-        # 7.3-8.6 ns on the whole kernel's ECP5 proxy, the most frequent path of its runs
+        # 7.3-8.6 ns on the whole kernel's ECP5 proxy, the most frequent path of its runs. A request
+        # loads it with its ``shifted_key`` as is (c = 0)
         keyed_c = Signal(32, reset_less=True)
 
-        def load_c(m, c_next, key_now):
-            m.d.sync += [next_c.eq(c_next), keyed_c.eq(mix32_first_shift(key_now ^ c_next))]
+        def load_c(m, c_next, shifted_key_now):
+            m.d.sync += [next_c.eq(c_next), keyed_c.eq(shifted_key_now ^ mix32_first_shift(c_next))]
         # (a chosen position is read only while its valid bit is set)
         chosen = Array(Signal(32, name=f"chosen{i}", reset_less=True) for i in range(self.max_fanout))
         chosen_valid = Signal(self.max_fanout)  # thermometer: chosen[i] holds a position
@@ -238,9 +243,9 @@ class PositionSampler(wiring.Component):
         m.d.comb += self.request.ready.eq(ready)
         req = self.request.payload
         with m.If(~busy):
-            m.d.sync += [key.eq(req.key), degree.eq(req.degree), count.eq(0), chosen_valid.eq(0),
-                         left.eq(req.fanout), left_any.eq(req.fanout[:len(left)] != 0)]
-            load_c(m, 0, req.key)
+            m.d.sync += [shifted_key.eq(req.shifted_key), degree.eq(req.degree), count.eq(0), chosen_valid.eq(0),
+                         left.eq(req.fanout), left_any.eq(req.fanout[:len(left)] != 0),
+                         next_c.eq(0), keyed_c.eq(req.shifted_key)]
             if not self._draws_only:
                 m.d.sync += [sequential.eq(0), to_list.eq(req.degree)]
         with m.If(self.request.valid & self.request.ready):
@@ -298,7 +303,7 @@ class PositionSampler(wiring.Component):
             with m.If(h_busy & threshold_known):
                 m.d.comb += h_busy_next.eq(0)
                 m.d.sync += threshold_known.eq(0)
-                load_c(m, h_c + 1, key)
+                load_c(m, h_c + 1, shifted_key)
                 with m.If(threshold_rejects):   # redraw j
                     m.d.sync += [left.eq(h_left), left_any.eq(h_left != 0)]
                 with m.Else():
@@ -306,7 +311,7 @@ class PositionSampler(wiring.Component):
             with m.Elif(~h_busy & room & left_any):
                 m.d.comb += issue.eq(1)
                 m.d.sync += [left.eq(left - 1), left_any.eq(left != 1)]
-                load_c(m, next_c + 1, key)
+                load_c(m, next_c + 1, shifted_key)
 
         # reserved: +1 for a draw issued or a sequential position written, -1 for a position taken;
         # a flush drops the draws behind the held one (it keeps its place), a rejection drops it.

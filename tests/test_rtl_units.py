@@ -67,9 +67,10 @@ async def _tick_until(ctx, signal, what: str, limit: int = 20_000):
 
 
 async def _request_positions(ctx, sampler, key: int, degree: int, fanout: int):
-    """Offers one node to a ``PositionSampler`` until it is taken (``valid`` is left high)."""
+    """Offers one node (its key H_v, shifted as a ``PositionRequest`` carries it) to a ``PositionSampler``
+    until it is taken (``valid`` is left high)."""
     sampler_request = sampler.request
-    ctx.set(sampler_request.payload, {"key": key, "degree": degree, "fanout": fanout})
+    ctx.set(sampler_request.payload, {"shifted_key": key ^ (key >> 16), "degree": degree, "fanout": fanout})
     ctx.set(sampler_request.valid, 1)
     await _tick_until(ctx, sampler_request.ready, f"request {key, degree, fanout} taken")
 

@@ -189,7 +189,9 @@ class FrontierPrefetcher(KernelBlock):
         m.d.comb += reserved_next.eq(Mux(job_reset, 0, pairs_reserved + reserve - release - returned))
         m.d.sync += [pairs_reserved.eq(reserved_next), reserve_room.eq(reserved_next < ahead)]
         # the two stages: stage 0 takes an id, stage 1 issues its read(s)
-        s1_valid, s1_in_range, s1_error, s1_second = Signal(), Signal(), Signal(), Signal()
+        # (named: a tuple assignment leaves Amaranth no name to infer, and the timing reports show them)
+        s1_valid, s1_in_range, s1_error, s1_second = (Signal(name=f"s1_{x}")
+                                                      for x in ("valid", "in_range", "error", "second"))
         s1_address = Signal(64)
         start_address = self.indptr_base + prefetch_node * 8
         # indptr[v + 1] in the same beat (not for 64-bit beats): one read brings both

@@ -45,7 +45,8 @@ from .stream_buffer import StreamBuffer
 from .tagged_read_stream import ReadPortSignature
 from .write_combiner import AppendWord
 
-__all__ = ["EdgeStreamer", "SAMPLERS_PER_LANE", "ANSWER_DEPTH", "id_offset", "ids_tag_shape"]
+__all__ = ["EdgeStreamer", "SAMPLERS_PER_LANE", "HEAD_NODE_COPIES", "HEAD_NODE_GROUPS", "ANSWER_DEPTH", "id_offset",
+           "ids_tag_shape"]
 
 #: Position samplers per lane, taking jobs in turn: a job holds a sampler for two cycles (request
 #: and start), ``position_sampler.DRAW_LATENCY`` to fill the draw pipeline and k to stream. With
@@ -54,8 +55,12 @@ __all__ = ["EdgeStreamer", "SAMPLERS_PER_LANE", "ANSWER_DEPTH", "id_offset", "id
 #: fill their pipelines while earlier tickets stream (with two ticket slots the default build took
 #: 1.29 cycles per edge per lane whatever the sampler count; with one per sampler, 1.099).
 SAMPLERS_PER_LANE = -(-(DRAW_LATENCY + 2 + 10) // 6)
-#: Groups of a lane's copy of its staged node (key and degree, 64 flip-flops), each picked by its own
-#: copy of the stage's take (:func:`~smartsage.rtl.register_copies.and_copies`).
+#: Copies of a lane's staged node (key and degree, 64 flip-flops each), each loaded in the same way and
+#: read by its share of the samplers (as one copy, its nets to six samplers across the lane were
+#: 7.6-8.2 ns at no logic level on the whole kernel's ECP5 proxy).
+HEAD_NODE_COPIES = 2
+#: Groups of each copy of the staged node, each picked by its own copy of the stage's take
+#: (:func:`~smartsage.rtl.register_copies.and_copies`).
 HEAD_NODE_GROUPS = 4
 #: Answers (beats) a lane holds between its read channel and its collector.
 ANSWER_DEPTH = 32
@@ -198,7 +203,7 @@ class EdgeStreamer(KernelBlock):
         # and enables no payload register or RAM cell
         # (a staged job in flip-flops, loaded when ``go``, put ~200 enables behind the decision: the
         # edge streamer's critical path on the ECP5 proxy); the samplers' node registers follow the
-        # head while they are idle, through ``head_node`` (below).
+        # head while they are idle, through the copies of ``head_node`` (below).
         staged_layout = data.StructLayout({"shifted_key": 32, "degree": 32, "count": range(cfg.max_fanout + 1),
                                            "edge_address": 64, "node_address": 64})
         stage = FreeSlotFIFO(width=staged_layout.size, depth=2)
@@ -244,21 +249,25 @@ class EdgeStreamer(KernelBlock):
         # the stage's LUT-RAM read, fanned out to the six samplers' node registers, was a one-LUT path
         # of 8.2-9.1 ns on the ECP5 proxy. They load the incoming job when the stage takes one (it is
         # the head in the next cycle), else the head (unchanged, or leaving an empty stage), through
-        # multiplexers picked by copies of the take's last AND, so ``go`` reaches four LUTs, not 64
-        # multiplexers. (A copy that followed the head a cycle late cost the cycle-count test 9 to 14
-        # cycles of its 3,325, whether the samplers took it late or the lane held the job back)
+        # multiplexers picked by copies of the take's last AND, so ``go`` reaches eight LUTs (four per
+        # copy of the node, :data:`HEAD_NODE_COPIES`), not 128 multiplexers. (A copy that followed the
+        # head a cycle late cost the cycle-count test 9 to 14 cycles of its 3,325, whether the samplers
+        # took it late or the lane held the job back)
         # The stage and ``head_node`` hold the key after mix32's first xor-shift
         # (:data:`~smartsage.rtl.position_sampler.PositionRequest`): one more input of the LUT that
         # picks each bit, and no LUT between ``head_node`` and the samplers' first mix32 register
         # (the xor, fanned out to the six samplers, made ``head_node`` -> ``keyed_c`` 7.5-9.8 ns).
-        head_node = Signal(data.StructLayout({"shifted_key": 32, "degree": 32}), reset_less=True)
+        head_layout = data.StructLayout({"shifted_key": 32, "degree": 32})
+        head_nodes = [Signal(head_layout, name=f"head_node{copy}", reset_less=True)
+                      for copy in range(HEAD_NODE_COPIES)]
         incoming_shifted_key = mix32_first_shift(incoming.key)
-        takes = and_copies(m, platform, "stage_takes", jobs.valid, jobs.ready, HEAD_NODE_GROUPS)
-        bits = len(head_node.as_value())
-        for group, take in enumerate(takes):
+        takes = and_copies(m, platform, "stage_takes", jobs.valid, jobs.ready, HEAD_NODE_COPIES * HEAD_NODE_GROUPS)
+        bits = head_layout.size
+        for index, take in enumerate(takes):
+            copy, group = divmod(index, HEAD_NODE_GROUPS)
             part = slice(group * bits // HEAD_NODE_GROUPS, (group + 1) * bits // HEAD_NODE_GROUPS)
-            m.d.sync += head_node.as_value()[part].eq(Mux(take, Cat(incoming_shifted_key, incoming.degree)[part],
-                                                          Cat(staged.shifted_key, staged.degree)[part]))
+            m.d.sync += head_nodes[copy].as_value()[part].eq(Mux(take, Cat(incoming_shifted_key, incoming.degree)[part],
+                                                                 Cat(staged.shifted_key, staged.degree)[part]))
         m.d.comb += [
             offer.eq(staged_valid & lane_open),
             go.eq(offer & (head_dense | turn_ready)),
@@ -279,10 +288,16 @@ class EdgeStreamer(KernelBlock):
             collect_in.address.eq(staged.node_address),
             collects.w_data.eq(collect_in),
         ]
+        # the hop's fanout, a register of the lane's: the sequencer sets it at the hop's start, while no
+        # lane and no prefetch runs, and the hop's first job reaches the samplers several cycles after
+        # (the sequencer's register -> the samplers' ``left`` and ``left_any``, 7.9 ns on the proxy)
+        hop_fanout = Signal(16)
+        m.d.sync += hop_fanout.eq(fanout)
         for number, sampler in enumerate(samplers):
+            head_node = head_nodes[number * HEAD_NODE_COPIES // SAMPLERS_PER_LANE]
             m.d.comb += [sampler.request.payload.shifted_key.eq(head_node.shifted_key),
                          sampler.request.payload.degree.eq(head_node.degree),
-                         sampler.request.payload.fanout.eq(fanout),
+                         sampler.request.payload.fanout.eq(hop_fanout),
                          sampler.request.valid.eq(offer & ~head_dense & turn_ready_of[number])]
         m.d.comb += turn_hot_next.eq(turn_hot)
         with m.If(go):

@@ -48,7 +48,8 @@ class PositionSampler(wiring.Component):
     The draws are pipelined, one position per cycle in steady state, over :data:`DRAW_LATENCY`
     stages (for the ECP5 timing proxy's 150 MHz, no stage holds more than one 16x16 multiplication
     or one carry chain): ``mix32(H_v ^ c)`` (:data:`~smartsage.rtl.rng.MIX32_LATENCY` stages, its
-    first xor-shift one LUT per bit in front of the first adder stage),
+    first xor-shift a register loaded with ``shifted_key ^ (c ^ (c >> 16))`` in front of the first
+    adder stage),
     ``mix32(. ^ DRAW_SALT)`` (as many), the product by ``j + 1``
     (:data:`~smartsage.rtl.rng.MULTIPLY_LATENCY`), then a decision stage that holds the product and
     whether ``low < n``. No stage waits (no pipeline enable to fan out): draws are issued

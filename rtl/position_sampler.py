@@ -286,6 +286,17 @@ class PositionSampler(wiring.Component):
         with m.If(~h_holding):
             m.d.sync += [h_j.eq(s_j), h_c.eq(s_c), h_n.eq(s_n), h_m.eq(s_m), h_last.eq(s_last),
                          h_left.eq(degree - s_j)]
+        # what the held draw's return loads, worked out from the held registers while the threshold is
+        # computed (they are stable a cycle after the draw is held, some 35 cycles before it returns):
+        # the draw counter after it and mix32's first xor-shift of its key, and the positions left if it
+        # is rejected (h_left) or accepted (one fewer), with their "any left" flags
+        h_after_c = Signal(32, reset_less=True)
+        h_after_keyed = Signal(32, reset_less=True)
+        h_left_any = Signal(reset_less=True)
+        h_left_less = Signal.like(h_left, reset_less=True)
+        h_left_less_any = Signal(reset_less=True)
+        m.d.sync += [h_after_c.eq(h_c + 1), h_after_keyed.eq(shifted_key ^ mix32_first_shift(h_c + 1)),
+                     h_left_any.eq(h_left != 0), h_left_less.eq(h_left - 1), h_left_less_any.eq(h_left != 1)]
         with m.If(drawing):
             m.d.comb += [out.w_en.eq(emit), out.w_data.eq(position)]
             with m.If(emit):
@@ -311,18 +322,23 @@ class PositionSampler(wiring.Component):
                 m.d.sync += [h_pending.eq(0), threshold_known.eq(1),
                              threshold_rejects.eq(h_m[:32] < threshold.o.payload),
                              returning.eq(h_m[:32] >= threshold.o.payload)]
-            with m.If(h_busy & threshold_known):
-                m.d.comb += h_busy_next.eq(0)
-                m.d.sync += threshold_known.eq(0)
-                load_c(m, h_c + 1, shifted_key)
-                with m.If(threshold_rejects):   # redraw j
-                    m.d.sync += [left.eq(h_left), left_any.eq(h_left != 0)]
-                with m.Else():
-                    m.d.sync += [left.eq(h_left - 1), left_any.eq(h_left != 1)]
-            with m.Elif(can_issue & room & left_any):
-                m.d.comb += issue.eq(1)
-                m.d.sync += [left.eq(left - 1), left_any.eq(left != 1)]
-                load_c(m, next_c + 1, shifted_key)
+        # the held draw's return and the issue, outside the mode's If: ``threshold_known`` is set only
+        # while a draw is held in the drawing mode (and cleared here), so it alone is the return's
+        # condition, and ``can_issue`` (drawing and no draw held) alone the mode of the issue; the two
+        # never hold together. The return loads the ``h_after_*`` registers. (With ``drawing`` and
+        # ``h_busy & threshold_known`` in front of the issue as an Elif, ``threshold_known`` went
+        # through the issue decision into the 70 issue registers: 7.5-9.0 ns on the ECP5 proxy.)
+        with m.If(threshold_known):
+            m.d.comb += h_busy_next.eq(0)
+            m.d.sync += [threshold_known.eq(0), next_c.eq(h_after_c), keyed_c.eq(h_after_keyed)]
+            with m.If(threshold_rejects):   # redraw j
+                m.d.sync += [left.eq(h_left), left_any.eq(h_left_any)]
+            with m.Else():
+                m.d.sync += [left.eq(h_left_less), left_any.eq(h_left_less_any)]
+        with m.If(can_issue & room & left_any):
+            m.d.comb += issue.eq(1)
+            m.d.sync += [left.eq(left - 1), left_any.eq(left != 1)]
+            load_c(m, next_c + 1, shifted_key)
 
         # reserved: +1 for a draw issued or a sequential position written, -1 for a position taken;
         # a flush drops the draws behind the held one (it keeps its place), a rejection drops it.
@@ -331,7 +347,7 @@ class PositionSampler(wiring.Component):
         # if a position leaves and if none does, each worked out from the sampler's own flip-flops
         # (the consumer's ready, ANDed into ``taken`` across the lane, went through the whole pick:
         # the lane's read port -> ``reserved`` was 7.6-8.5 ns, four LUT levels, on the ECP5 proxy)
-        dropped = h_busy & threshold_known & threshold_rejects
+        dropped = threshold_known & threshold_rejects
         up = issue | written
         if_kept = Signal.like(reserved)     # no position taken
         if_taken = Signal.like(reserved)    # one position taken

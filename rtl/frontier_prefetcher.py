@@ -160,12 +160,15 @@ class FrontierPrefetcher(KernelBlock):
         m.submodules.node_keys = ResetInserter(job_reset)(node_keys)
         key_id = Signal(64)
         key_valid = Signal(2 * MIX32_LATENCY + 1)   # a valid bit per stage
-        key_id_high = [Signal(32, name=f"key_id_high{i}") for i in range(MIX32_LATENCY)]
+        key_id_high = [Signal(32, name=f"key_id_high{i}") for i in range(MIX32_LATENCY - 1)]
         key_taken = Signal()
         m.d.sync += [key_id_high[0].eq(key_id[32:]), *(key_id_high[i].eq(key_id_high[i - 1])
-                                                        for i in range(1, MIX32_LATENCY))]
-        key_first = mix32_pipelined(m, self.hop_key ^ key_id[:32], 1, name="node_mix1")
-        key_second = mix32_pipelined(m, key_first ^ key_id_high[-1] ^ spec_rng.NODE_SALT, 1, name="node_mix2")
+                                                        for i in range(1, MIX32_LATENCY - 1))]
+        # (the first round's last stage loads mix32's first xor-shift of the second round's input, with
+        # the id's high half of its own cycle, one stage before the round's end)
+        key_first_shifted = mix32_pipelined(m, self.hop_key ^ key_id[:32], 1, name="node_mix1",
+                                            shift_out_with=key_id_high[-1] ^ spec_rng.NODE_SALT)
+        key_second = mix32_pipelined(m, key_first_shifted, 1, name="node_mix2", shifted=True)
         m.d.sync += key_valid.eq(Cat(key_taken, key_valid[:-1]))
         # (the pipeline is free-running and its valid bits say which stages hold a taken id, so the
         # id register follows the arriving answer in every cycle: no enable behind the answer's

@@ -188,8 +188,10 @@ class PositionSampler(wiring.Component):
             m.d.sync += [valids[i].eq(valids[i - 1] & ~kill), ns[i].eq(ns[i - 1] + 1 if i == 1 else ns[i - 1]),
                          cs[i].eq(cs[i - 1])]
         always = Const(1)
-        first = mix32_pipelined(m, keyed_c, always, name="draw_mix1", shifted=True)
-        second = mix32_pipelined(m, first ^ spec_rng.DRAW_SALT, always, name="draw_mix2")
+        # (the first round ends in mix32's first xor-shift of the second's input, the salt folded in)
+        first_shifted = mix32_pipelined(m, keyed_c, always, name="draw_mix1", shifted=True,
+                                        shift_out_with=Const(spec_rng.DRAW_SALT, 32))
+        second = mix32_pipelined(m, first_shifted, always, name="draw_mix2", shifted=True)
         at_multiply = 2 * MIX32_LATENCY - 1
         product = multiply_pipelined(m, second, ns[at_multiply], always, name="draw_mul", platform=platform)
 

@@ -88,19 +88,33 @@ def mix32_first_shift(x: Value) -> Value:
     return x ^ (x >> 16)
 
 
-def mix32_pipelined(m: Module, x: Value, enable: Value, name: str = "mix", shifted: bool = False) -> Signal:
+def mix32_pipelined(m: Module, x: Value, enable: Value, name: str = "mix", shifted: bool = False,
+                    shift_out_with=None) -> Signal:
     """lowbias32 of ``x`` (bit-exact with ``mix32``), :data:`MIX32_LATENCY` cycles later: every stage
     moves when ``enable`` is high (the caller's pipeline enable), so the result belongs to the ``x``
     presented :data:`MIX32_LATENCY` enabled cycles before. No multiplier: each constant multiplication
     is a four-level adder tree over the constant's signed digits (:func:`csd_digits`), one adder per
     stage; each xor-shift shares a stage with the adder next to it. With ``shifted`` the caller
     presents ``mix32_first_shift(x)`` instead of ``x`` (a register of its own, so that the first
-    adders start at flip-flops)."""
+    adders start at flip-flops).
+
+    With ``shift_out_with`` (a value, or a constant, presented in the cycle the last stage loads:
+    the last enabled cycle before the result's) the result is
+    ``mix32_first_shift(mix32(x) ^ shift_out_with)``, the ``shifted`` input of a next mix32 of
+    ``mix32(x) ^ shift_out_with``: the xors fold into the last stage's one LUT per bit (bit i below
+    16 is ``v[i] ^ w[i] ^ w[i + 16]`` of the last sum v, not ``v[i] ^ v[i + 16]``), so the next
+    mix32's first adders start at flip-flops (a register -> the xors -> thirteen adder inputs ->
+    the adders was 7.0-7.9 ns between the prefetcher's two node-key rounds on the ECP5 proxy)."""
     x = Value.cast(x)[:32]
     first = _constant_product_low(m, x if shifted else mix32_first_shift(x), spec_rng.MIX_MUL1, enable,
                                   f"{name}_m1")
-    return _constant_product_low(m, first ^ (first >> 15), spec_rng.MIX_MUL2, enable, f"{name}_m2",
-                                 post=lambda v: v ^ (v >> 16))
+    if shift_out_with is None:
+        def post(v):
+            return v ^ (v >> 16)
+    else:
+        def post(v):
+            return mix32_first_shift(v ^ (v >> 16) ^ shift_out_with)
+    return _constant_product_low(m, first ^ (first >> 15), spec_rng.MIX_MUL2, enable, f"{name}_m2", post=post)
 
 
 def multiply_pipelined(m: Module, a: Value, b: Value, enable: Value, name: str = "mul",

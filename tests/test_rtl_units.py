@@ -113,37 +113,52 @@ def test_mix32_matches_spec():
 
 class _PipelinedMix(wiring.Component):
     def __init__(self):
-        super().__init__({"x": In(32), "y": In(32), "enable": In(1), "mixed": Out(32), "product": Out(64)})
+        super().__init__({"x": In(32), "y": In(32), "w": In(32), "enable": In(1), "mixed": Out(32),
+                          "product": Out(64), "chained": Out(32)})
 
     def elaborate(self, platform):
         m = Module()
+        # two rounds as the prefetcher chains them: the first ends in the second's shifted input
+        first_shifted = mix32_pipelined(m, self.x, self.enable, name="first", shift_out_with=self.w)
         m.d.comb += [self.mixed.eq(mix32_pipelined(m, self.x, self.enable)),
-                     self.product.eq(multiply_pipelined(m, self.x, self.y, self.enable))]
+                     self.product.eq(multiply_pipelined(m, self.x, self.y, self.enable)),
+                     self.chained.eq(mix32_pipelined(m, first_shifted, self.enable, name="second", shifted=True))]
         return m
 
 
 def test_pipelined_mix32_and_product_match_spec_and_stall():
     """The pipelined forms give mix32 / the 64-bit product of the value presented MIX32_LATENCY /
-    MULTIPLY_LATENCY enabled cycles before, and hold while ``enable`` is low."""
+    MULTIPLY_LATENCY enabled cycles before, and hold while ``enable`` is low; two rounds chained
+    through ``shift_out_with`` (its value presented MIX32_LATENCY - 1 enabled cycles after x) and
+    ``shifted`` give mix32(mix32(x) ^ w) 2 x MIX32_LATENCY enabled cycles after x."""
     rng = random.Random(_seed())
     dut = _PipelinedMix()
     pairs = [(0, 0), (0xFFFFFFFF, 0xFFFFFFFF), (1, 0xFFFFFFFF)] + [
         (rng.getrandbits(32), rng.getrandbits(32)) for _ in range(60)]
+    ws = [0, 0xFFFFFFFF, 0x80000001] + [rng.getrandbits(32) for _ in range(60)]
 
     async def bench(ctx):
         presented = []
-        for x, y in pairs + [(0, 0)] * max(MIX32_LATENCY, MULTIPLY_LATENCY):
+        for x, y in pairs + [(0, 0)] * (2 * MIX32_LATENCY):
             while rng.random() < 0.3:  # stalls
                 ctx.set(dut.enable, 0)
                 await ctx.tick()
             ctx.set(dut.x, x)
             ctx.set(dut.y, y)
+            at_last_stage = len(presented) - (MIX32_LATENCY - 1)   # the x whose first round ends now
+            ctx.set(dut.w, ws[at_last_stage] if 0 <= at_last_stage < len(ws) else 0)
             ctx.set(dut.enable, 1)
             await ctx.tick()
             presented.append((x, y))
             if len(presented) >= MIX32_LATENCY:
                 x0, _ = presented[-MIX32_LATENCY]
                 assert ctx.get(dut.mixed) == spec_rng.mix32(x0), f"mix32({x0:#x})"
+            if len(presented) >= 2 * MIX32_LATENCY:
+                index = len(presented) - 2 * MIX32_LATENCY
+                x0, _ = presented[index]
+                w0 = ws[index] if index < len(ws) else 0
+                expected = spec_rng.mix32(spec_rng.mix32(x0) ^ w0)
+                assert ctx.get(dut.chained) == expected, f"mix32(mix32({x0:#x}) ^ {w0:#x})"
             if len(presented) >= MULTIPLY_LATENCY:
                 a, b = presented[-MULTIPLY_LATENCY]
                 assert ctx.get(dut.product) == a * b, f"{a:#x} * {b:#x}"

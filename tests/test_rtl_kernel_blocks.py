@@ -394,6 +394,10 @@ def test_frontier_prefetcher_checks_ids_keys_and_indptr_pairs(config_name, wide,
     frontier = [rng.randrange(num_nodes) for _ in range(60)]
     frontier[5] = num_nodes + 7  # out of range: passes through without indptr reads
     frontier[20] = num_nodes - 1
+    if wide:   # ids with a high half: out of range, and keyed with both halves (mix32's second round)
+        frontier[7] = (1 << 32) + rng.randrange(num_nodes)
+        frontier[9] = (rng.getrandbits(31) << 32) | rng.randrange(num_nodes)
+        frontier[10] = (1 << 64) - 1
     nodes_ptr, indptr_base = 0x2000 + 64 * rng.randrange(4), 0x800 + 8 * rng.randrange(8)
     hop_key = rng.getrandbits(32)
     fanout = rng.randint(1, config.max_fanout)

@@ -517,7 +517,7 @@ class CommandSequencer(KernelBlock):
                      room.eq(next_room_wide | (next_room_current & next_room_exact))]
         m.d.comb += [
             count.eq(pair.count),
-            job_in.key.eq(entry.key), job_in.degree.eq(pair.degree[:32]), job_in.count.eq(count),
+            job_in.shifted_key.eq(entry.shifted_key), job_in.degree.eq(pair.degree[:32]), job_in.count.eq(count),
             job_in.edge_address.eq(indices_base + id_offset(wide_edges, pair.start)), job_in.base.eq(written),
             job_in.node_address.eq(nodes_ptr + id_offset(wide_nodes, written)),
         ]

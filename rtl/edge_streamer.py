@@ -34,13 +34,12 @@ from smartsage.spec.config import KernelConfig
 from .axi import ADDRESS_WIDTH
 from .free_slot_fifo import FreeSlotFIFO
 from .fsm_encoding import encode_states
-from .job_dispatcher import node_job_layout
+from .job_dispatcher import lane_job_layout
 from .kernel_block import KernelBlock, check_kernel_config
 from .node_list_collector import NodeListCollector, answer_layout, id_offset
 from .node_list_collector import collect_layout as node_list_collector_layout
 from .position_sampler import DRAW_LATENCY, PositionSampler
 from .register_copies import and_copies, register_copies
-from .rng import mix32_first_shift
 from .stream_buffer import StreamBuffer
 from .tagged_read_stream import ReadPortSignature
 from .write_combiner import AppendWord
@@ -81,8 +80,8 @@ class EdgeStreamer(KernelBlock):
 
     Members
     -------
-    job : ``In(stream.Signature(node_job_layout(config.max_fanout)))``
-        The lane's jobs (from the dispatcher's queue).
+    job : ``In(stream.Signature(lane_job_layout(config.max_fanout)))``
+        The lane's jobs (from the dispatcher's queue, with their ``dense`` flag).
     reads : ``Out(ReadPortSignature(ids_tag_shape(data_width), data_width))``
         Index reads on the lane's storage master; the tag is the ids each read brings.
     appends : ``Out(stream.Signature(AppendWord))``
@@ -113,7 +112,7 @@ class EdgeStreamer(KernelBlock):
     def __init__(self, config: KernelConfig):
         check_kernel_config(config)
         super().__init__(config, {
-            "job": In(stream.Signature(node_job_layout(config.max_fanout))),
+            "job": In(stream.Signature(lane_job_layout(config.max_fanout))),
             "reads": Out(ReadPortSignature(ids_tag_shape(config.data_width), config.data_width)),
             "appends": Out(stream.Signature(AppendWord)),
             "wide_ids": In(1), "fanout": In(16),
@@ -179,7 +178,7 @@ class EdgeStreamer(KernelBlock):
 
         # issuer, first half: take a job, start the sampler whose turn it is (d > k), queue a
         # ticket for the streaming half and the job's place for the collector (all in one cycle)
-        job_layout = node_job_layout(cfg.max_fanout)
+        job_layout = lane_job_layout(cfg.max_fanout)
         # (a job brings its first edge's storage address and its place's device address: the
         # sequencer works them out as it forms the job)
         collect_layout = node_list_collector_layout(cfg.max_fanout)
@@ -239,12 +238,12 @@ class EdgeStreamer(KernelBlock):
         # one LUT of four flip-flops
         turn_ready_of = [Signal(name=f"turn_ready_of{number}") for number in range(SAMPLERS_PER_LANE)]
         assert SAMPLERS_PER_LANE > 1, "a job taken by a sampler must move the turn to another"
-        # whether the staged job is dense (d == k), a flip-flop beside the stage (a job written into
-        # the stage is its head in the next cycle: one is written only while the stage is empty or
-        # its head leaves), so no LUT-RAM read sits in front of ``go``
+        # whether the staged job is dense (d == n: its ``dense`` flag), a flip-flop beside the stage (a
+        # job written into the stage is its head in the next cycle: one is written only while the
+        # stage is empty or its head leaves), so no LUT-RAM read sits in front of ``go``
         head_dense = Signal()
         with m.If(stage.w_en):
-            m.d.sync += head_dense.eq(incoming.degree == incoming.count)
+            m.d.sync += head_dense.eq(incoming.dense)
         # the samplers' request (the head's key and degree) from flip-flops that hold the stage's head:
         # the stage's LUT-RAM read, fanned out to the six samplers' node registers, was a one-LUT path
         # of 8.2-9.1 ns on the ECP5 proxy. They load the incoming job when the stage takes one (it is
@@ -253,14 +252,15 @@ class EdgeStreamer(KernelBlock):
         # copy of the node, :data:`HEAD_NODE_COPIES`), not 128 multiplexers. (A copy that followed the
         # head a cycle late cost the cycle-count test 9 to 14 cycles of its 3,325, whether the samplers
         # took it late or the lane held the job back)
-        # The stage and ``head_node`` hold the key after mix32's first xor-shift
-        # (:data:`~smartsage.rtl.position_sampler.PositionRequest`): one more input of the LUT that
-        # picks each bit, and no LUT between ``head_node`` and the samplers' first mix32 register
-        # (the xor, fanned out to the six samplers, made ``head_node`` -> ``keyed_c`` 7.5-9.8 ns).
+        # The job brings the key after mix32's first xor-shift
+        # (:data:`~smartsage.rtl.position_sampler.PositionRequest`; the prefetcher's key pipeline ends
+        # in it): no LUT between the queue's read and ``head_node``, nor between ``head_node`` and the
+        # samplers' first mix32 register (the xor, fanned out to the six samplers, made ``head_node``
+        # -> ``keyed_c`` 7.5-9.8 ns; in front of ``head_node`` it was a LUT of 8.0-8.3 ns paths).
         head_layout = data.StructLayout({"shifted_key": 32, "degree": 32})
         head_nodes = [Signal(head_layout, name=f"head_node{copy}", reset_less=True)
                       for copy in range(HEAD_NODE_COPIES)]
-        incoming_shifted_key = mix32_first_shift(incoming.key)
+        incoming_shifted_key = incoming.shifted_key
         takes = and_copies(m, platform, "stage_takes", jobs.valid, jobs.ready, HEAD_NODE_COPIES * HEAD_NODE_GROUPS)
         bits = head_layout.size
         for index, take in enumerate(takes):

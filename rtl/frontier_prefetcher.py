@@ -29,7 +29,10 @@ __all__ = ["FrontierPrefetcher", "FrontierNode", "IndptrPair", "nodes_ahead"]
 
 #: A checked frontier entry: the id, whether it is below N, whether its read failed (at
 #: ``address``), and its RNG key H_v.
-FrontierNode = data.StructLayout({"node": 64, "in_range": 1, "error": 1, "address": 64, "key": 32})
+#: A checked frontier entry: the id, whether it is in range, a read error, the id's address and its
+#: RNG key H_v after mix32's first xor-shift (``shifted_key``, ``H_v ^ (H_v >> 16)``: what a position
+#: sampler takes, :data:`~smartsage.rtl.position_sampler.PositionRequest`).
+FrontierNode = data.StructLayout({"node": 64, "in_range": 1, "error": 1, "address": 64, "shifted_key": 32})
 #: indptr[v] and indptr[v+1] of an in-range id, their difference (the degree) and the node's sample
 #: count min(degree, k) for the hop's fanout k; ``error``: one of their reads failed (at ``address``).
 IndptrPair = data.StructLayout({"start": 64, "end": 64, "degree": 64, "count": 16, "error": 1, "address": 64})
@@ -46,7 +49,8 @@ class FrontierPrefetcher(KernelBlock):
     A two-stage pipeline, one node per cycle: stage 0 takes a frontier id (and reserves its indptr
     pair's place), stage 1 issues its indptr read(s) and queues it; ids out of range or read in
     error pass through stage 1 without reads (frontier order). Each id's key H_v comes from a
-    free-running pipeline (two mix32 rounds) into a key FIFO beside the checked ids.
+    free-running pipeline (two mix32 rounds) into a key FIFO beside the checked ids, after mix32's
+    first xor-shift (an involution: the second round's last sum before its own last xor-shift).
 
     Parameters
     ----------
@@ -174,7 +178,10 @@ class FrontierPrefetcher(KernelBlock):
         # the id's high half of its own cycle, one stage before the round's end)
         key_first_shifted = mix32_pipelined(m, self.hop_key ^ key_id[:32], 1, name="node_mix1",
                                             shift_out_with=key_id_high[-1] ^ spec_rng.NODE_SALT)
-        key_second = mix32_pipelined(m, key_first_shifted, 1, name="node_mix2", shifted=True)
+        # (H_v after mix32's first xor-shift, which undoes the round's last: its last register holds the
+        # sum, and no LUT sits between it and the key FIFO, nor between the lanes' stages and samplers)
+        key_shifted = mix32_pipelined(m, key_first_shifted, 1, name="node_mix2", shifted=True,
+                                      shift_out_with=Const(0, 32))
         m.d.sync += key_valid.eq(Cat(key_taken, key_valid[:-1]))
         # (the pipeline is free-running and its valid bits say which stages hold a taken id, so the
         # id register follows the arriving answer in every cycle: no enable behind the answer's
@@ -182,7 +189,7 @@ class FrontierPrefetcher(KernelBlock):
         m.d.sync += key_id.eq(arriving_id)
         with m.If(job_reset | finishing):
             m.d.sync += key_valid.eq(0)
-        m.d.comb += [node_keys.w_en.eq(key_valid[-1]), node_keys.w_data.eq(key_second)]
+        m.d.comb += [node_keys.w_en.eq(key_valid[-1]), node_keys.w_data.eq(key_shifted)]
         # A place in the pairs FIFO is reserved for every id taken, and given back when its pair
         # leaves, or as stage 1 passes an id that is out of range or failed (it has no pair): so the
         # range check (a 64-bit compare behind the id's word select) feeds stage 1's register only,
@@ -296,7 +303,7 @@ class FrontierPrefetcher(KernelBlock):
             self.nodes.valid.eq(nodes_ahead_fifo.r_rdy & node_keys.r_rdy),
             self.nodes.payload.node.eq(entry.node), self.nodes.payload.in_range.eq(entry.in_range),
             self.nodes.payload.error.eq(entry.error), self.nodes.payload.address.eq(entry.address),
-            self.nodes.payload.key.eq(node_keys.r_data),
+            self.nodes.payload.shifted_key.eq(node_keys.r_data),
             # (a head leaves on valid and ready: ``ready`` alone may be high with one queue empty)
             nodes_ahead_fifo.r_en.eq(self.nodes.valid & self.nodes.ready),
             node_keys.r_en.eq(self.nodes.valid & self.nodes.ready),

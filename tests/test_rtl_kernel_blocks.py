@@ -236,7 +236,8 @@ def test_edge_streamer_reads_the_golden_positions(config_name, wide, stall):
         for key, degree, edge_start, job_base in jobs:
             while rng.random() < stall:
                 await ctx.tick()
-            ctx.set(streamer.job.payload, {"key": key, "degree": degree, "count": min(degree, k),
+            ctx.set(streamer.job.payload, {"shifted_key": key ^ (key >> 16), "degree": degree,
+                                           "count": min(degree, k), "dense": degree <= k,
                                            "edge_address": indices_base + edge_start * size, "base": job_base,
                                            "node_address": nodes_ptr + job_base * size})
             ctx.set(streamer.job.valid, 1)
@@ -352,7 +353,8 @@ def test_edge_streamer_stops_on_a_read_error():
     async def bench(ctx):
         ctx.set(streamer.fanout, 16)
         # d <= k: ids at bad - 8, bad - 4 (answered), then bad, bad + 4 (the error beat)
-        ctx.set(streamer.job.payload, {"key": 1, "degree": 4, "count": 4, "edge_address": bad - 8, "base": 0,
+        ctx.set(streamer.job.payload, {"shifted_key": 1, "degree": 4, "count": 4, "dense": 1,
+                                       "edge_address": bad - 8, "base": 0,
                                        "node_address": 0x10000})
         ctx.set(streamer.job.valid, 1)
         await ctx.tick().until(streamer.job.ready)
@@ -438,7 +440,7 @@ def test_frontier_prefetcher_checks_ids_keys_and_indptr_pairs(config_name, wide,
                 node = ctx.get(prefetcher.nodes.payload)
                 take = not node.in_range or pair_valid
                 if take:
-                    nodes.append((node.node, node.in_range, node.key))
+                    nodes.append((node.node, node.in_range, node.shifted_key))
                     if node.in_range:
                         pair = ctx.get(prefetcher.pairs.payload)
                         pairs.append((pair.start, pair.end, pair.error))
@@ -459,7 +461,9 @@ def test_frontier_prefetcher_checks_ids_keys_and_indptr_pairs(config_name, wide,
     sim.run()
 
     assert frontier_requests == [(nodes_ptr + i * size) & ~(beat_bytes - 1) for i in range(len(frontier))]
-    assert nodes == [(v, v < num_nodes, spec_rng.node_key(hop_key, v)) for v in frontier], seed
+    # (keys after mix32's first xor-shift, as a position sampler takes them)
+    keys = [spec_rng.node_key(hop_key, v) for v in frontier]
+    assert nodes == [(v, v < num_nodes, key ^ (key >> 16)) for v, key in zip(frontier, keys, strict=True)], seed
     in_range = [v for v in frontier if v < num_nodes]
     assert pairs == [(int(indptr[v]), int(indptr[v + 1]), 0) for v in in_range]
     expected_reads = []
@@ -480,8 +484,10 @@ def test_job_dispatcher_round_robin_and_backpressure(lanes):
     seed = _seed()
     rng = random.Random(seed)
     dut = JobDispatcher(lanes, 16)
-    jobs = [{"key": n, "degree": rng.randint(1, 100), "count": rng.randint(1, 16), "edge_address": rng.getrandbits(20),
-             "base": n, "node_address": rng.getrandbits(20)} for n in range(200)]
+    jobs = [{"shifted_key": n, "degree": rng.randint(1, 100), "count": rng.randint(1, 16),
+             "edge_address": rng.getrandbits(20), "base": n, "node_address": rng.getrandbits(20)} for n in range(200)]
+    for job in jobs[::3]:   # dense jobs (d == n): the queue's flag
+        job["degree"] = job["count"]
     received = [[] for _ in range(lanes)]
     expected = [[] for _ in range(lanes)]
     blocked = {"cycles": 0}
@@ -513,7 +519,9 @@ def test_job_dispatcher_round_robin_and_backpressure(lanes):
             for lane in range(lanes):
                 assert lane_valid[lane] == (occupancy[lane] > 0)
                 if lane_valid[lane] and lane_ready[lane]:
-                    received[lane].append(payloads[lane].key)
+                    payload = payloads[lane]
+                    received[lane].append(payload.shifted_key)
+                    assert payload.dense == (payload.degree == payload.count), (seed, payload.shifted_key)
                     occupancy[lane] -= 1
             # the buffer's head to a lane with room (the queue levels of the cycle's start)
             free = [lane for lane in ((last + n) % lanes for n in range(1, lanes + 1))
@@ -523,7 +531,7 @@ def test_job_dispatcher_round_robin_and_backpressure(lanes):
                 occupancy[free[0]] += 1
                 last = free[0]
             if valid and ready:
-                intake.append(jobs[sent]["key"])
+                intake.append(jobs[sent]["shifted_key"])
                 sent += 1
 
     sim = Simulator(dut)
@@ -593,7 +601,8 @@ def _run_sequencer(descriptor: bytes, header: dict[int, int], frontier_degrees, 
                 hop_keys.append(ctx.get(dut.hop_key))
             if ctx.get(dut.prefetch.prefetcher) and taken < len(frontier_degrees):
                 v = taken
-                ctx.set(dut.nodes.payload, {"node": v, "in_range": 1, "error": 0, "address": 0, "key": 1000 + v})
+                ctx.set(dut.nodes.payload, {"node": v, "in_range": 1, "error": 0, "address": 0,
+                                            "shifted_key": 1000 + v})
                 ctx.set(dut.pairs.payload, {"start": 10 * v, "end": 10 * v + frontier_degrees[v],
                                             "degree": frontier_degrees[v],
                                             "count": min(frontier_degrees[v], ctx.get(dut.fanout)),
@@ -612,7 +621,7 @@ def _run_sequencer(descriptor: bytes, header: dict[int, int], frontier_degrees, 
             ctx.set(dut.job.ready, rng.random() > 0.3)
             _, _, valid, ready, job = await ctx.tick().sample(dut.job.valid, dut.job.ready, dut.job.payload)
             if valid and ready:
-                jobs.append((job.key, job.degree, job.count, job.edge_address, job.base, job.node_address))
+                jobs.append((job.shifted_key, job.degree, job.count, job.edge_address, job.base, job.node_address))
 
     async def bench(ctx):
         for name, value in (("writes_idle", 1), ("reads_idle", 1), ("streamers_idle", 1)):

@@ -256,7 +256,7 @@ class EdgeStreamer(KernelBlock):
         # (:data:`~smartsage.rtl.position_sampler.PositionRequest`; the prefetcher's key pipeline ends
         # in it): no LUT between the queue's read and ``head_node``, nor between ``head_node`` and the
         # samplers' first mix32 register (the xor, fanned out to the six samplers, made ``head_node``
-        # -> ``keyed_c`` 7.5-9.8 ns; in front of ``head_node`` it was a LUT of 8.0-8.3 ns paths).
+        # -> ``keyed_c`` 7.5-9.8 ns; in front of ``head_node`` it was a LUT of 7.9-8.1 ns paths).
         head_layout = data.StructLayout({"shifted_key": 32, "degree": 32})
         head_nodes = [Signal(head_layout, name=f"head_node{copy}", reset_less=True)
                       for copy in range(HEAD_NODE_COPIES)]

@@ -33,7 +33,7 @@ def lane_job_layout(max_fanout: int) -> data.StructLayout:
     """A job as a lane's queue holds it: :func:`node_job_layout`'s fields and ``dense``, d == n (the
     node's edges are all its sample, d <= k), worked out as the job enters the queue, so no compare
     sits between the queue's LUT-RAM read and the lane's flip-flops (the lane's compare of degree
-    and count, behind that read, was a 7.5-8.1 ns path on the ECP5 proxy)."""
+    and count, behind that read, was an 8.1 ns path on the ECP5 proxy)."""
     return data.StructLayout({**{name: field.shape for name, field in node_job_layout(max_fanout)}, "dense": 1})
 
 

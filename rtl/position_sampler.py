@@ -329,7 +329,7 @@ class PositionSampler(wiring.Component):
         # condition, and ``can_issue`` (drawing and no draw held) alone the mode of the issue; the two
         # never hold together. The return loads the ``h_after_*`` registers. (With ``drawing`` and
         # ``h_busy & threshold_known`` in front of the issue as an Elif, ``threshold_known`` went
-        # through the issue decision into the 70 issue registers: 7.5-9.0 ns on the ECP5 proxy.)
+        # through the issue decision into the 70 issue registers: 7.2-9.0 ns on the ECP5 proxy.)
         with m.If(threshold_known):
             m.d.comb += h_busy_next.eq(0)
             m.d.sync += [threshold_known.eq(0), next_c.eq(h_after_c), keyed_c.eq(h_after_keyed)]

@@ -104,7 +104,7 @@ def mix32_pipelined(m: Module, x: Value, enable: Value, name: str = "mix", shift
     ``mix32(x) ^ shift_out_with``: the xors fold into the last stage's one LUT per bit (bit i below
     16 is ``v[i] ^ w[i] ^ w[i + 16]`` of the last sum v, not ``v[i] ^ v[i + 16]``), so the next
     mix32's first adders start at flip-flops (a register -> the xors -> thirteen adder inputs ->
-    the adders was 7.0-7.9 ns between the prefetcher's two node-key rounds on the ECP5 proxy)."""
+    the adders was 6.9-7.7 ns between the prefetcher's two node-key rounds on the ECP5 proxy)."""
     x = Value.cast(x)[:32]
     first = _constant_product_low(m, x if shifted else mix32_first_shift(x), spec_rng.MIX_MUL1, enable,
                                   f"{name}_m1")

@@ -283,19 +283,22 @@ class FrontierPrefetcher(KernelBlock):
         m.d.sync += [pair_staged.eq(paired), pair_stage.eq(pair_in)]
         with m.If(job_reset):
             m.d.sync += [have_half.eq(0), pair_staged.eq(0)]
-        # min(d, k) without a 64-bit carry chain (k has 16 bits)
-        degree = pair_stage.degree
-        below_fanout = below(degree, fanout)
-        pair_counted = Signal(IndptrPair)
-        m.d.comb += [pair_counted.eq(pair_stage), pair_counted.count.eq(Mux(below_fanout, degree[:16], fanout))]
-        # and into the FIFO's LUT-RAM a cycle later, from flip-flops (the degree's compare -> the
-        # count -> the RAM's write data was 8.7 ns on the whole kernel's ECP5 proxy)
+        # min(d, k) without a 64-bit carry chain (k has 16 bits): d < k worked out from the staged
+        # degree into a flip-flop, and the pick made a cycle later, from flip-flops, on the way into
+        # the FIFO's LUT-RAM (the degree's compare -> the count -> the RAM's write data was 8.7 ns on
+        # the whole kernel's ECP5 proxy; the compare -> the pick -> a count register, 8.4-9.1 ns)
         pair_queued = Signal(IndptrPair)
         pair_queued_valid = Signal()
-        m.d.sync += [pair_queued.eq(pair_counted), pair_queued_valid.eq(pair_staged)]
+        queued_below = Signal()                  # the queued pair's d < k
+        queued_fanout = Signal.like(fanout)      # (the k its compare used)
+        m.d.sync += [pair_queued.eq(pair_stage), pair_queued_valid.eq(pair_staged),
+                     queued_below.eq(below(pair_stage.degree, fanout)), queued_fanout.eq(fanout)]
         with m.If(job_reset):
             m.d.sync += pair_queued_valid.eq(0)
-        m.d.comb += [indptr_pairs.w_data.eq(pair_queued), indptr_pairs.w_en.eq(pair_queued_valid)]
+        pair_counted = Signal(IndptrPair)
+        m.d.comb += [pair_counted.eq(pair_queued),
+                     pair_counted.count.eq(Mux(queued_below, pair_queued.degree[:16], queued_fanout))]
+        m.d.comb += [indptr_pairs.w_data.eq(pair_counted), indptr_pairs.w_en.eq(pair_queued_valid)]
 
         # the checked nodes with their keys, and the pairs, to the sequencer
         entry = node_ahead_layout(nodes_ahead_fifo.r_data)

@@ -10,7 +10,7 @@ from smartsage.spec import rng as spec_rng
 from smartsage.spec.descriptor import SPEC_MAX_FANOUT
 
 from .free_slot_fifo import FreeSlotFIFO
-from .register_copies import register_copies
+from .register_copies import and_copies, register_copies
 from .rng import (
     MIX32_LATENCY,
     MULTIPLY_LATENCY,
@@ -20,7 +20,7 @@ from .rng import (
     multiply_pipelined,
 )
 
-__all__ = ["PositionRequest", "PositionSampler", "DRAW_LATENCY", "POSITION_BUFFER"]
+__all__ = ["PositionRequest", "PositionSampler", "DRAW_LATENCY", "POSITION_BUFFER", "ISSUE_COPIES"]
 
 #: Stages from a draw's issue to its decision (two mix32 rounds, the bounded product, the decision).
 DRAW_LATENCY = 2 * MIX32_LATENCY + MULTIPLY_LATENCY + 1
@@ -29,6 +29,10 @@ DRAW_LATENCY = 2 * MIX32_LATENCY + MULTIPLY_LATENCY + 1
 #: is known from a flag registered a cycle before (one place short); with this many places the
 #: loop streams one position per cycle.
 POSITION_BUFFER = DRAW_LATENCY + 5
+
+#: Copies of the issue decision's last AND (``and_copies``): the pipeline's valid, ``reserved`` and
+#: ``left``; the draw counter ``next_c``; mix32's input ``keyed_c``.
+ISSUE_COPIES = 3
 
 #: One node to sample: its RNG key H_v after mix32's first xor-shift (``shifted_key`` is
 #: ``mix32_first_shift(H_v)``, ``H_v ^ (H_v >> 16)``), its degree d (>= 1) and the hop's fanout k.
@@ -131,7 +135,7 @@ class PositionSampler(wiring.Component):
         # the flags that pick among those loads fan out to few registers.
         left = Signal(range(self.max_fanout + 1), reset_less=True)
         # left != 0, a flip-flop loaded where ``left`` is (from compares of the registers ``left`` is
-        # loaded from), so the issue decision is one LUT of three flip-flops (``left`` -> its
+        # loaded from), so the issue decision is an AND of flip-flops (``left`` -> its
         # compare -> ``issue`` -> the issue registers' enables was 8.0 ns on the ECP5 proxy)
         left_any = Signal(reset_less=True)
         next_c = Signal(32, reset_less=True)
@@ -141,9 +145,6 @@ class PositionSampler(wiring.Component):
         # 7.3-8.6 ns on the whole kernel's ECP5 proxy, the most frequent path of its runs. A request
         # loads it with its ``shifted_key`` as is (c = 0)
         keyed_c = Signal(32, reset_less=True)
-
-        def load_c(m, c_next, shifted_key_now):
-            m.d.sync += [next_c.eq(c_next), keyed_c.eq(shifted_key_now ^ mix32_first_shift(c_next))]
         # (a chosen position is read only while its valid bit is set)
         chosen = Array(Signal(32, name=f"chosen{i}", reset_less=True) for i in range(self.max_fanout))
         chosen_valid = Signal(self.max_fanout)  # thermometer: chosen[i] holds a position
@@ -151,11 +152,6 @@ class PositionSampler(wiring.Component):
         # positions in the output FIFO plus draws issued and not yet decided: a draw is issued only
         # while this is below the FIFO's depth, so every decided draw finds room and no stage waits
         reserved = Signal(range(POSITION_BUFFER + 1))
-        # room for one more draw: ``reserved`` was below POSITION_BUFFER - 1 a cycle before (it grows
-        # by at most one a cycle, so it is below POSITION_BUFFER now). A register, so no compare of
-        # the count sits between it and its own update through ``issue``
-        room = Signal()
-        m.d.sync += room.eq(reserved < POSITION_BUFFER - 1)
 
         # the draw pipeline: free-running (no enable); valid, n = j + 1 and c ride along the data
         issue = Signal()
@@ -167,12 +163,14 @@ class PositionSampler(wiring.Component):
         h_busy_next = Signal()
         h_busy, h_holding = register_copies(m, platform, "h_busy", h_busy_next, 2)
         m.d.comb += h_busy_next.eq(h_busy)
-        # drawing and no draw held, a flip-flop of its own (``drawing_next & ~h_busy_next``), so the issue
-        # decision is one LUT of three flip-flops (``room``, ``left_any`` and this one; the two flags
-        # and the mode in front of it made ``drawing`` / ``h_busy`` -> ``left``, ``next_c`` and
-        # ``keyed_c`` four LUT levels, 7.6-8.6 ns on the whole kernel's ECP5 proxy)
+        # drawing, no draw held and room for one more draw, one flip-flop (``drawing_next &
+        # ~h_busy_next`` and ``reserved`` below POSITION_BUFFER - 1 a cycle before: it grows by at most
+        # one a cycle, so it is below POSITION_BUFFER now), so the issue decision is an AND of two
+        # flip-flops, this and ``left_any`` (the mode and the flags in front of it made ``drawing`` /
+        # ``h_busy`` -> ``left``, ``next_c`` and ``keyed_c`` four LUT levels, 7.6-8.6 ns on the whole
+        # kernel's ECP5 proxy), and no compare of the count sits between it and its own update
         can_issue = Signal()
-        m.d.sync += can_issue.eq(drawing_next & ~h_busy_next)
+        m.d.sync += can_issue.eq(drawing_next & ~h_busy_next & (reserved < POSITION_BUFFER - 1))
         stages = DRAW_LATENCY - 1
         valids = [Signal(name=f"d{i}_valid") for i in range(stages)]
         # (the data registers are reset-less: the valid bits qualify them, and the samplers' reset
@@ -337,10 +335,17 @@ class PositionSampler(wiring.Component):
                 m.d.sync += [left.eq(h_left), left_any.eq(h_left_any)]
             with m.Else():
                 m.d.sync += [left.eq(h_left_less), left_any.eq(h_left_less_any)]
-        with m.If(can_issue & room & left_any):
-            m.d.comb += issue.eq(1)
+        # (the issue's AND copied: one for the pipeline's valid, ``reserved`` and ``left``, one each for
+        # the draw counter and mix32's input, so no one net of the decision reaches its ~70 registers:
+        # ``left_any`` -> ``issue`` -> ``left``, ``next_c`` was 7.9-8.4 ns at two levels on the proxy)
+        issue_copies = and_copies(m, platform, "issue", can_issue, left_any, ISSUE_COPIES)
+        m.d.comb += issue.eq(issue_copies[0])
+        with m.If(issue):
             m.d.sync += [left.eq(left - 1), left_any.eq(left != 1)]
-            load_c(m, next_c + 1, shifted_key)
+        with m.If(issue_copies[1]):
+            m.d.sync += next_c.eq(next_c + 1)
+        with m.If(issue_copies[2]):
+            m.d.sync += keyed_c.eq(shifted_key ^ mix32_first_shift(next_c + 1))
 
         # reserved: +1 for a draw issued or a sequential position written, -1 for a position taken;
         # a flush drops the draws behind the held one (it keeps its place), a rejection drops it.

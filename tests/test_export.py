@@ -227,18 +227,21 @@ def test_frontier_walk_steps_from_copies_of_its_decision_on_the_proxy_only(expor
     """On the ECP5 proxy the last AND of FRONTIER's hand-off is a ``LUT4`` instance per group of the
     walk's registers (``written``, ``nodes_room``, ``frontier_index``, ``count_address``, 64 bits
     each, and ``frontier_end``), and of each lane's job-stage take, one per group of each of its copies of the
-    staged node, and of the aggregator's beat writer's two data selects, one per group of the
-    data's bits, which Yosys keeps apart; the exported Verilog has none."""
+    staged node, and of each position sampler's issue (``ISSUE_COPIES``), and of the aggregator's beat
+    writer's two data selects, one per group of the data's bits, which Yosys keeps apart; the exported
+    Verilog has none."""
     import re
 
     from smartsage.rtl.command_sequencer import WALK_GROUP
-    from smartsage.rtl.edge_streamer import HEAD_NODE_COPIES, HEAD_NODE_GROUPS
+    from smartsage.rtl.edge_streamer import HEAD_NODE_COPIES, HEAD_NODE_GROUPS, SAMPLERS_PER_LANE
     from smartsage.rtl.ping_pong_buffer import SELECT_GROUP
+    from smartsage.rtl.position_sampler import ISSUE_COPIES
 
     luts = re.findall(r"LUT4 #\([^;]*?\)\s*(\w+) \(", proxy_verilog, flags=re.S)
     count = 4 * -(-64 // WALK_GROUP) + 1
     expected = [f"walk_take{i}_lut" for i in range(count)]
     expected += [f"stage_takes{i}_lut" for _ in range(CONFIG.lanes) for i in range(HEAD_NODE_COPIES * HEAD_NODE_GROUPS)]
+    expected += [f"issue{i}_lut" for _ in range(CONFIG.lanes * SAMPLERS_PER_LANE) for i in range(ISSUE_COPIES)]
     expected += [f"{select}{i}_lut" for select in ("same", "hold_first")
                  for i in range(-(-CONFIG.data_width // SELECT_GROUP))]
     assert sorted(luts) == sorted(expected), luts

@@ -324,7 +324,7 @@ class PositionSampler(wiring.Component):
                              returning.eq(h_m[:32] >= threshold.o.payload)]
         # the held draw's return and the issue, outside the mode's If: ``threshold_known`` is set only
         # while a draw is held in the drawing mode (and cleared here), so it alone is the return's
-        # condition, and ``can_issue`` (drawing and no draw held) alone the mode of the issue; the two
+        # condition, and ``can_issue`` (drawing, no draw held, room) the issue's but for ``left_any``; the two
         # never hold together. The return loads the ``h_after_*`` registers. (With ``drawing`` and
         # ``h_busy & threshold_known`` in front of the issue as an Elif, ``threshold_known`` went
         # through the issue decision into the 70 issue registers: 7.2-9.0 ns on the ECP5 proxy.)

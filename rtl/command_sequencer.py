@@ -37,7 +37,7 @@ from smartsage.spec.descriptor import (
 
 from .axi import ADDRESS_WIDTH, AxiReadSignature, AxiSignature
 from .compare import below
-from .feature_aggregator import AggregateParameters
+from .feature_aggregator import START_COPIES, AggregateParameters
 from .frontier_prefetcher import FrontierNode, IndptrPair
 from .fsm_encoding import encode_states
 from .image_header import IMAGE_WORDS, field_span
@@ -115,7 +115,8 @@ class CommandSequencer(KernelBlock):
         place's device address. Its ``ready`` is looked at before the node's
         count is offered (both go in one cycle).
     jobs_waiting : ``In(1)``
-        The dispatcher's queues hold jobs.
+        The dispatcher's queues hold jobs. (This and the idle flags below are taken a cycle late,
+        through flip-flops of the sequencer's.)
     fields : ``Out(stream.Signature(AppendWord))``
         Counts and the result header (a write-combiner port).
     flush_writes, clear_writes : ``Out(1)``; writes_idle, write_error : ``In(1)``;
@@ -140,7 +141,7 @@ class CommandSequencer(KernelBlock):
         A lane takes a read error this cycle (STORAGE_ERROR at that address).
     storage_read_beats : ``In(16)``
         Storage beats requested this cycle (all storage masters; for ``storage_bytes``).
-    aggregate_start : ``Out(1)``; aggregate_parameters : ``Out(AggregateParameters)``
+    aggregate_start : ``Out(data.ArrayLayout(1, START_COPIES))``; aggregate_parameters : ``Out(AggregateParameters)``
     aggregating : ``Out(data.ArrayLayout(1, bus_switch_copies(config)))``
     aggregator_busy, aggregator_error, aggregator_write_error : ``In(1)``;
     aggregator_error_address, aggregator_write_error_address : ``In(64)``
@@ -172,7 +173,8 @@ class CommandSequencer(KernelBlock):
             "reads_idle": In(1), "streamers_idle": In(1), "streamers_failed": In(1),
             "streamer_error": In(1), "streamer_error_address": In(ADDRESS_WIDTH),
             "storage_read_beats": In(16),
-            "aggregate_start": Out(1), "aggregating": Out(data.ArrayLayout(1, bus_switch_copies(config))),
+            "aggregate_start": Out(data.ArrayLayout(1, START_COPIES)),
+            "aggregating": Out(data.ArrayLayout(1, bus_switch_copies(config))),
             "aggregate_parameters": Out(AggregateParameters),
             "aggregator_busy": In(1), "aggregator_error": In(1), "aggregator_error_address": In(ADDRESS_WIDTH),
             "aggregator_write_error": In(1), "aggregator_write_error_address": In(ADDRESS_WIDTH),
@@ -221,10 +223,11 @@ class CommandSequencer(KernelBlock):
         m.d.comb += self.aggregating.eq(Cat(register_copies(m, platform, "aggregating", aggregating_next,
                                                             len(self.aggregating))))
         # the aggregator's start, high in AGGREGATE's one cycle: a flip-flop set on the way in (the
-        # state decoded in LUTs reached the aggregator's loads and clears across the chip)
-        aggregate_start = Signal()
-        m.d.sync += aggregate_start.eq(0)
-        m.d.comb += self.aggregate_start.eq(aggregate_start)
+        # state decoded in LUTs reached the aggregator's loads and clears across the chip), copied for
+        # the aggregator's groups of registers (:data:`~smartsage.rtl.feature_aggregator.START_COPIES`)
+        aggregate_start_next = Signal()
+        m.d.comb += self.aggregate_start.eq(Cat(register_copies(m, platform, "aggregate_start",
+                                                                aggregate_start_next, START_COPIES)))
         m.d.comb += [drain_storage.eq(finishing), self.flush_writes.eq(finishing)]
 
         m.d.sync += self.restart_prefetch.eq(0)   # (set in HOP, below)
@@ -378,11 +381,24 @@ class CommandSequencer(KernelBlock):
         # HOP_WAIT ends (the lanes are idle, so nothing reads the hop, its key or its counts while the
         # writes drain): with the move at the drain's end, the write combiner's and the memory
         # reader's idle flags ran through the drain's decision into these ~330 enables (11.2 ns on
-        # the ECP5 proxy). HOP still waits the key's latency from the drain's end (``key_wait``), so
-        # it lasts more than one cycle: the prefetcher takes the restart a HOP cycle sets only while
-        # FRONTIER has not begun
+        # the ECP5 proxy). The next hop's key settles during the drain (``key_wait`` is set as
+        # HOP_WAIT ends), and HOP waits for what is left of it; HOP lasts two cycles at least: the
+        # prefetcher takes the restart a HOP cycle sets only while FRONTIER has not begun
         hop_advance = Signal()
         m.d.sync += hop_advance.eq(0)   # (HOP_WAIT sets it for one cycle)
+
+        # the engines' idle flags (and the dispatcher's queue flag), a cycle late: flip-flops, so
+        # no AND of the lanes', the readers' or the write combiner's flags runs into the state
+        # machine's decisions, ``status`` and ``finishing`` (the write combiner's run FIFO and a
+        # lane's answer and job buffers -> the state, 7.0-8.2 ns paths in every run of the whole
+        # kernel's ECP5 proxy). Each is read only where nothing new starts: once the engines are
+        # idle, with no job, field or read handed to them in the same cycle, they stay idle, so the
+        # flag a cycle late is the flag (a wait costs a cycle more: HOP_WAIT, each drain, FINISH).
+        # The sequencer's own fields and jobs of that cycle are or-ed in
+        writes_idle, reads_idle, streamers_idle = Signal(), Signal(), Signal()
+        jobs_waiting = Signal(init=1)
+        m.d.sync += [writes_idle.eq(self.writes_idle & ~self.fields.valid), reads_idle.eq(self.reads_idle),
+                     streamers_idle.eq(self.streamers_idle), jobs_waiting.eq(self.jobs_waiting | self.job.valid)]
         with m.If(hop_advance):
             m.d.sync += [counts_base.eq(counts_base + frontier_size), frontier_size.eq(written),
                          hop.eq(hop + 1), last_hop.eq((hop + 1)[:len(hop)] == num_hops),
@@ -445,7 +461,7 @@ class CommandSequencer(KernelBlock):
             the command (OUTPUT_ERROR)."""
             with m.State(name):
                 m.d.comb += self.flush_writes.eq(1)
-                with m.If(self.writes_idle):
+                with m.If(writes_idle):
                     with m.If(self.write_error & (status == Status.OK)):
                         fail(Status.OUTPUT_ERROR, value=self.write_error_address)
                     with m.Else():
@@ -477,10 +493,14 @@ class CommandSequencer(KernelBlock):
         # emptied with the prefetcher's queues: ping-pong buffers, so FRONTIER's hand-off moves their
         # read pointers and enables none of their ~430 payload flip-flops
         # (a node's "usable" bit, in range and read, and a pair's "no samples" bit, count == 0, are
-        # worked out on their way into the buffers: FRONTIER's decision reads bits, not the fields)
+        # worked out on their way into the buffers: FRONTIER's decision reads bits, not the fields;
+        # so is the job's first edge address, the indices section's base plus the pair's start:
+        # behind the buffer's slot multiplexer its 64-bit sum ran into the dispatcher's intake
+        # registers, 7.5-7.7 ns in every run of the whole kernel's ECP5 proxy. The base and the id
+        # width are loaded in CHECK, before the hop's first pair)
         head_node = data.StructLayout({"node": FrontierNode, "usable": 1})
         m.submodules.nodes_head = nodes_head = PingPongBuffer(head_node)
-        head_pair = data.StructLayout({"pair": IndptrPair, "none": 1})
+        head_pair = data.StructLayout({"pair": IndptrPair, "none": 1, "edge_address": 64})
         m.submodules.pairs_head = pairs_head = PingPongBuffer(head_pair)
         m.d.comb += [nodes_head.clear.eq(self.clear_jobs), pairs_head.clear.eq(self.clear_jobs)]
         m.d.comb += [nodes_head.i.valid.eq(self.nodes.valid), self.nodes.ready.eq(nodes_head.i.ready),
@@ -488,7 +508,9 @@ class CommandSequencer(KernelBlock):
                      nodes_head.i.payload.usable.eq(self.nodes.payload.in_range & ~self.nodes.payload.error)]
         m.d.comb += [pairs_head.i.valid.eq(self.pairs.valid), self.pairs.ready.eq(pairs_head.i.ready),
                      pairs_head.i.payload.pair.eq(self.pairs.payload),
-                     pairs_head.i.payload.none.eq(self.pairs.payload.count == 0)]
+                     pairs_head.i.payload.none.eq(self.pairs.payload.count == 0),
+                     pairs_head.i.payload.edge_address.eq(indices_base + id_offset(wide_edges,
+                                                                                   self.pairs.payload.start))]
         nodes_in, pairs_in = nodes_head.o, pairs_head.o
         entry = nodes_in.payload.node
         pair = pairs_in.payload.pair
@@ -518,7 +540,7 @@ class CommandSequencer(KernelBlock):
         m.d.comb += [
             count.eq(pair.count),
             job_in.shifted_key.eq(entry.shifted_key), job_in.degree.eq(pair.degree[:32]), job_in.count.eq(count),
-            job_in.edge_address.eq(indices_base + id_offset(wide_edges, pair.start)), job_in.base.eq(written),
+            job_in.edge_address.eq(pairs_in.payload.edge_address), job_in.base.eq(written),
             job_in.node_address.eq(nodes_ptr + id_offset(wide_nodes, written)),
         ]
         # FRONTIER's hand-off, outside the state machine (the state is ``prefetching``; the fails
@@ -673,15 +695,21 @@ class CommandSequencer(KernelBlock):
                     m.d.comb += prefetching_next.eq(1)
                     m.next = "FRONTIER"
             with m.State("HOP_WAIT"):  # the edge streamer finishes the hop's last jobs
-                with m.If(self.streamers_idle & ~self.jobs_waiting):
-                    m.d.sync += hop_advance.eq(1)
+                with m.If(streamers_idle & ~jobs_waiting):
+                    # the next hop's key settles while the writes drain: the hop moves on in the
+                    # drain's first cycle, its mix32 result is final MIX32_LATENCY cycles after and
+                    # ``hop_key`` a cycle after that
+                    m.d.sync += [hop_advance.eq(1), key_wait.eq(MIX32_LATENCY + 2)]
                     m.next = "HOP_DRAIN"
                 abort_on_streamer_error()
 
             def next_hop():
                 # the next frontier is read back from the node list: every append must have landed
-                # (the hop's registers moved on in HOP_DRAIN's first cycle, above)
-                m.d.sync += key_wait.eq(MIX32_LATENCY + 1)
+                # (the hop's registers moved on in HOP_DRAIN's first cycle, above). HOP waits for
+                # what is left of the key's latency, and lasts two cycles at least (the prefetcher
+                # takes the restart that HOP's first cycle sets before FRONTIER begins)
+                with m.If(key_wait <= 1):
+                    m.d.sync += key_wait.eq(1)
                 m.next = "HOP"
 
             drain_state("HOP_DRAIN", next_hop)
@@ -727,7 +755,7 @@ class CommandSequencer(KernelBlock):
                     fail(Status.FEATURES_CAPACITY, index_value=1, value=sum_bytes)
                 with m.Else():
                     m.d.comb += aggregating_next.eq(1)
-                    m.d.sync += aggregate_start.eq(1)
+                    m.d.comb += aggregate_start_next.eq(1)
                     m.next = "AGGREGATE"
             with m.State("AGGREGATE"):     # (``aggregate_start`` is high in this state's cycle)
                 m.next = "AGGREGATE_WAIT"
@@ -751,7 +779,7 @@ class CommandSequencer(KernelBlock):
                 # the ECP5 proxy); the walk's count address is not read after FRONTIER
                 m.d.sync += count_address.eq(Cat(Const(0, 3 + len(result_index)),
                                                  result_ptr[BUFFER_ALIGN.bit_length() - 1:]))
-                with m.If(self.writes_idle & self.reads_idle & self.streamers_idle):
+                with m.If(writes_idle & reads_idle & streamers_idle):
                     m.d.comb += finishing_next.eq(0)
                     with m.If(self.write_error & (status == Status.OK)):
                         m.d.sync += [status.eq(Status.OUTPUT_ERROR), error_hop.eq(0), error_index.eq(0),
@@ -790,7 +818,7 @@ class CommandSequencer(KernelBlock):
             write_state("RESULT", words[result_index], 1, result_next)
             with m.State("RESULT_DRAIN"):  # ap_done only once the header has landed
                 m.d.comb += self.flush_writes.eq(1)
-                with m.If(self.writes_idle):
+                with m.If(writes_idle):
                     m.next = "DONE"
             with m.State("DONE"):
                 m.d.comb += self.done.eq(1)

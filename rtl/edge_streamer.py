@@ -33,7 +33,6 @@ from smartsage.spec.config import KernelConfig
 
 from .axi import ADDRESS_WIDTH
 from .free_slot_fifo import FreeSlotFIFO
-from .fsm_encoding import encode_states
 from .job_dispatcher import lane_job_layout
 from .kernel_block import KernelBlock, check_kernel_config
 from .node_list_collector import NodeListCollector, answer_layout, id_offset
@@ -194,7 +193,6 @@ class EdgeStreamer(KernelBlock):
         collects = FreeSlotFIFO(width=collect_layout.size, depth=cfg.outstanding_reads + 1)
         m.submodules.collects = ResetInserter(job_reset)(collects)
         ticket_in = Signal(ticket_layout)
-        ticket = Signal(ticket_layout)
         collect_in = Signal(collect_layout)
         turn = Signal(range(SAMPLERS_PER_LANE))
         # the job at the queue's head is staged. The stage is a two-entry FIFO
@@ -319,68 +317,75 @@ class EdgeStreamer(KernelBlock):
 
         # issuer, second half: each ticket's reads, ticket after ticket
         # the sampler whose positions the issuer takes, one-hot, a register loaded with the ticket
-        # (zero for a dense ticket and outside I_STREAM): a sampler's ``positions.ready`` is the read
+        # (zero for a dense ticket and outside a ticket): a sampler's ``positions.ready`` is the read
         # port's ready and one flip-flop, not the ticket's sampler decoded with the issuer's state and
         # the dense flag (the ticket -> a sampler's ``reserved`` and FIFO level, 8.2-8.7 ns and the
         # whole kernel's worst path on the ECP5 proxy in one run)
         taking = Signal(SAMPLERS_PER_LANE)
+        streaming = Signal()    # a ticket is held (its reads are issued)
+        ticket_sampler = Signal(range(SAMPLERS_PER_LANE))
+        ticket_dense = Signal()
         positions_valid = (Cat(sampler.positions.valid for sampler in samplers) & taking).any()
-        positions = Array(sampler.positions.payload for sampler in samplers)[ticket.sampler]
-        # registered: the next dense read's address (after the first, a beat boundary) and the
-        # ids of the ticket still to read
-        dense_address = Signal(64)
+        positions = Array(sampler.positions.payload for sampler in samplers)[ticket_sampler]
+        # registered: the ticket's edge address (a dense ticket's steps to its next read, a beat
+        # boundary after the first) and the ids of the ticket still to read
+        edge_address = Signal(64)
         remaining = Signal(range(cfg.max_fanout + 1))
-        # the ids from dense_address to its beat's end, a register loaded with the address (worked
+        # the ids from edge_address to its beat's end, a register loaded with the address (worked
         # out from the ticket's address as it loads, a whole beat after each read): no subtraction
         # between the address register and the read's step
         dense_room = Signal(range(ids_per_beat + 1))
         dense_ids = Signal(range(ids_per_beat + 1))
         m.d.comb += dense_ids.eq(Mux(remaining < dense_room, remaining, dense_room))
+        # whether the next read is the ticket's last (``remaining`` == its ids: 1, or a dense read's
+        # ``dense_ids``), a flip-flop worked out with the registers it compares, so no compare sits
+        # between the read's handshake and the next ticket's load
+        last_read = Signal()
+        beat_ids = Mux(wide_ids, data_bytes >> 3, data_bytes >> 2)
 
         def ids_to_beat_end(address):
             return Mux(wide_ids, (data_bytes - address[:beat_log2]) >> 3, (data_bytes - address[:beat_log2]) >> 2)
-        step = Mux(ticket.dense, dense_ids, 1)
+        step = Mux(ticket_dense, dense_ids, 1)
         loaded = ticket_layout(tickets.r_data)
         taking_loaded = Mux(loaded.dense, 0, Const(1, SAMPLERS_PER_LANE) << loaded.sampler)
-        with m.FSM(name="issuer") as fsm:
-            with m.State("I_IDLE"):
-                m.d.comb += issuer_idle.eq(~tickets.r_rdy)
-                with m.If(tickets.r_rdy & ~finishing & ~stopped):
-                    m.d.comb += tickets.r_en.eq(1)
-                    m.d.sync += [ticket.eq(tickets.r_data), dense_address.eq(loaded.edge_address),
-                                 taking.eq(taking_loaded),
-                                 dense_room.eq(ids_to_beat_end(loaded.edge_address)), remaining.eq(loaded.count)]
-                    m.next = "I_STREAM"
-            with m.State("I_STREAM"):
-                with m.If(ticket.dense):
-                    m.d.comb += [port.request.valid.eq(1), port.request.payload.eq(dense_address),
-                                 port.tag.eq(dense_ids)]
-                with m.Else():
-                    m.d.comb += [
-                        port.request.valid.eq(positions_valid), port.tag.eq(1),
-                        port.request.payload.eq(ticket.edge_address + id_offset(wide_ids, positions)),
-                    ]
-                with m.If(port.request.valid & port.request.ready):
-                    m.d.sync += [remaining.eq(remaining - step),
-                                 dense_address.eq((dense_address | (data_bytes - 1)) + 1),
-                                 dense_room.eq(Mux(wide_ids, data_bytes >> 3, data_bytes >> 2))]
-                    with m.If(remaining == step):
-                        # the next ticket at once when there is one
-                        with m.If(tickets.r_rdy):
-                            m.d.comb += tickets.r_en.eq(1)
-                            m.d.sync += [ticket.eq(tickets.r_data), dense_address.eq(loaded.edge_address),
-                                         taking.eq(taking_loaded),
-                                         dense_room.eq(ids_to_beat_end(loaded.edge_address)),
-                                         remaining.eq(loaded.count)]
-                        with m.Else():
-                            m.d.sync += taking.eq(0)
-                            m.next = "I_IDLE"
-                with m.If(finishing | stopped):
-                    m.d.sync += taking.eq(0)
-                    m.next = "I_IDLE"
-        encode_states(fsm, platform)   # (one-hot on the ECP5 proxy)
+        loaded_room = Signal.like(dense_room)
+        m.d.comb += loaded_room.eq(ids_to_beat_end(loaded.edge_address))
+        stepped_remaining = Signal.like(remaining)
+        m.d.comb += stepped_remaining.eq(remaining - step)
+        m.d.comb += [
+            port.request.valid.eq(streaming & (ticket_dense | positions_valid)),
+            port.request.payload.eq(Mux(ticket_dense, edge_address,
+                                        edge_address + id_offset(wide_ids, positions))),
+            port.tag.eq(Mux(ticket_dense, dense_ids, 1)),
+        ]
+        # the read's handshake enables the ticket's registers: its last AND copied per group (the
+        # address's halves, the counts and flags), so its own net reaches a few LUTs, not ~150
+        # enables (the issuer's ``taking`` -> itself through that net, 9.29 ns, was the whole kernel's
+        # worst path in one run of the ECP5 proxy)
+        fire_address_low, fire_address_high, fire = and_copies(m, platform, "issue_fire", port.request.valid,
+                                                               port.request.ready, 3)
+        # a ticket is taken while none is held, or as the held one's last read goes
+        take_idle = ~streaming & tickets.r_rdy & ~finishing & ~stopped
+        m.d.comb += [issuer_idle.eq(~streaming & ~tickets.r_rdy),
+                     tickets.r_en.eq(take_idle | (fire & last_read & tickets.r_rdy))]
+        for fire_copy, bits in ((fire_address_low, slice(0, 32)), (fire_address_high, slice(32, 64))):
+            with m.If(take_idle | (fire_copy & last_read & tickets.r_rdy)):
+                m.d.sync += edge_address[bits].eq(loaded.edge_address[bits])
+            with m.Elif(fire_copy & ticket_dense):
+                m.d.sync += edge_address[bits].eq(((edge_address | (data_bytes - 1)) + 1)[bits])
+        with m.If(take_idle | (fire & last_read & tickets.r_rdy)):
+            m.d.sync += [streaming.eq(1), ticket_sampler.eq(loaded.sampler), ticket_dense.eq(loaded.dense),
+                         taking.eq(taking_loaded), dense_room.eq(loaded_room), remaining.eq(loaded.count),
+                         last_read.eq(Mux(loaded.dense, loaded.count <= loaded_room, loaded.count == 1))]
+        with m.Elif(fire):
+            m.d.sync += [remaining.eq(stepped_remaining), dense_room.eq(beat_ids),
+                         last_read.eq(Mux(ticket_dense, stepped_remaining <= beat_ids, stepped_remaining == 1))]
+            with m.If(last_read):
+                m.d.sync += [streaming.eq(0), taking.eq(0)]
+        with m.If(streaming & (finishing | stopped)):
+            m.d.sync += [streaming.eq(0), taking.eq(0)]
         # a sampler's positions leave while the read port takes them from it: ``taking`` is zero
-        # outside I_STREAM and for a dense ticket, so neither the issuer's state nor the ticket's
+        # while no ticket is held and for a dense ticket, so neither the issuer's state nor the ticket's
         # dense flag is decoded in front of the samplers' FIFOs (the state -> a sampler's FIFO level
         # and ``reserved``, 7.6-8.0 ns on the whole kernel's ECP5 proxy)
         for number, sampler in enumerate(samplers):

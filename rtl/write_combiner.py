@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from .axi import ADDRESS_WIDTH, BURST_INCR, RESP_OKAY, AxiWriteSignature, check_data_width
 from .free_slot_fifo import FreeSlotFIFO
-from .register_copies import register_copies
+from .register_copies import and_copies, register_copies
 from .stream_buffer import StreamBuffer
 
 __all__ = ["WriteCombiner", "AppendWord", "MAX_BURST", "BURST_BOUNDARY"]
@@ -20,6 +20,8 @@ AppendWord = data.StructLayout({"address": ADDRESS_WIDTH, "data": 64, "wide": 1}
 MAX_BURST = 16
 #: AXI4 bursts never cross a 4 KiB boundary.
 BURST_BOUNDARY = 4096
+#: Flip-flops of a port's open beat (data, strobes) per copy of the port's room flag and handshake.
+BEAT_GROUP_BITS = 128
 
 
 class WriteCombiner(wiring.Component):
@@ -125,8 +127,10 @@ class WriteCombiner(wiring.Component):
         m.d.comb += flush_next.eq(self.flush)
         flushes = (register_copies(m, platform, "flush", flush_next, self._ports) if self._edge_registers
                    else [self.flush] * self._ports)
+        # the beat's 4-byte words: a naturally aligned field strobes whole words (one, or two when wide)
+        words = data_bytes // 4
         staged_layout = data.StructLayout({"field": AppendWord, "same_beat": 1, "next_beat": 1,
-                                           "strobe": data_bytes})
+                                           "strobe": data_bytes, "words": words})
         for number in range(self._ports):
             # ---- the port's input stage: a two-entry buffer (ready and payload from flip-flops), and
             # whether a field is for the same beat as the field before it, worked out as it enters
@@ -162,6 +166,8 @@ class WriteCombiner(wiring.Component):
                          # of "the merged beat is full" and the run FIFO's write, 6.9 ns on the proxy)
                          stage.i.payload.strobe.eq(Mux(incoming.payload.wide, 0xFF, 0x0F)
                                                    << incoming.payload.address[:size_log2]),
+                         stage.i.payload.words.eq(Mux(incoming.payload.wide, 0b11, 0b01)
+                                                  << incoming.payload.address[2:size_log2]),
                          stage.i.payload.next_beat.eq((incoming_beat == previous_next)
                                                       & (incoming_beat[:boundary - size_log2] != 0))]
             with m.If(incoming.valid & incoming.ready):
@@ -182,49 +188,70 @@ class WriteCombiner(wiring.Component):
             # across a 4 KiB boundary: with the run open it continues the run (its next address)
             beat_follows = Signal(name=f"beat_follows{number}")
             beat = Signal(beat_layout, name=f"beat{number}", reset_less=True)
+            # which of its words are strobed, flip-flops beside the byte strobes (a field strobes whole
+            # words): "the field fills the beat" is an AND of these or-ed with the field's, two LUT
+            # levels (the AND of the 64 merged byte strobes was four, in front of the push and the beat
+            # and run FIFOs' writes and levels: 7.6-8.3 ns paths on the whole kernel's ECP5 proxy)
+            beat_words = Signal(words, name=f"beat_words{number}", reset_less=True)
             field = port.payload.field
             lane_value = Mux(field.wide, field.data, Cat(field.data[:32], field.data[:32]))
             field_strobe = Signal(data_bytes, name=f"field_strobe{number}")
             m.d.comb += field_strobe.eq(port.payload.strobe)
             field_data = lane_value.replicate(data_bytes // 8)
             byte_mask = Cat(*(field_strobe[byte].replicate(8) for byte in range(data_bytes)))
-            same = is_open & port.payload.same_beat
+            # the field at the port is for the open beat (flip-flops only: the stage's valid and
+            # compare, the open flag)
+            same = Signal(name=f"same{number}")
+            m.d.comb += same.eq(port.valid & is_open & port.payload.same_beat)
             merged = Signal(beat_layout, name=f"merged{number}")
             m.d.comb += [merged.data.eq((beat.data & ~byte_mask) | (field_data & byte_mask)),
                          merged.strobe.eq(beat.strobe | field_strobe)]
-            full = merged.strobe.all()
+            full = (beat_words | port.payload.words).all()
 
             # what is pushed this cycle (at most one beat): the open beat (another beat's field came, or
-            # a flush), or the merged beat once full
+            # a flush), or the merged beat once full. Which of the two is picked by ``same``, so the
+            # beat FIFO's write data does not wait for the push
             push = Signal(name=f"push{number}")
             push_address = Signal(ADDRESS_WIDTH, name=f"push_address{number}")
             push_beat = Signal(beat_layout, name=f"push_beat{number}")
-            taking = port.valid & port.ready
-            # (the beat pushed is always the open one, so its address is a register: whether it
-            # continues the run is worked out from registers alone, beside the field's handshake)
             # room in both FIFOs: their levels a cycle before were below depth - 1 (a level grows by at
             # most one a cycle), flags of their own, so no level compare sits in front of the port's
-            # handshake and the open beat's enables
-            room = Signal(name=f"room{number}")
-            m.d.sync += room.eq((beats.level < depth - 1) & (runs.level < depth - 1))
-            m.d.comb += [port.ready.eq(room), beats.w_data.eq(push_beat),
-                         beats.w_en.eq(push), push_address.eq(beat_address)]
+            # handshake and the open beat's enables. The flag is copied: one copy is the port's ready
+            # and decides the push, the others enable a group of the open beat's flip-flops each,
+            # through their own copy of the handshake (as one net, the flag reached some 700 enables)
+            beat_bits = beat_layout.size
+            beat_groups = max(1, beat_bits // BEAT_GROUP_BITS)
+            rooms = register_copies(m, platform, f"room{number}_",
+                                    (beats.level < depth - 1) & (runs.level < depth - 1), 1 + beat_groups)
+            room = rooms[0]
+            taking = port.valid & room
+            m.d.comb += [port.ready.eq(room), beats.w_data.eq(push_beat), beats.w_en.eq(push),
+                         push_address.eq(beat_address), push_beat.eq(Mux(same, merged, beat))]
+            # the open beat takes every field (the merged beat, or the field's own): a filled beat is
+            # pushed and closed, and what it keeps is not read again, so neither ``same`` nor
+            # ``full`` enables the beat's flip-flops, only the handshake
+            fresh = Signal(beat_layout, name=f"fresh{number}")
+            m.d.comb += [fresh.data.eq(field_data), fresh.strobe.eq(field_strobe)]
+            beat_next = Mux(same, merged.as_value(), fresh.as_value())
+            for group in range(beat_groups):
+                [take] = and_copies(m, platform, f"beat_take{number}_{group}_", port.valid, rooms[1 + group], 1)
+                part = slice(group * beat_bits // beat_groups, (group + 1) * beat_bits // beat_groups)
+                with m.If(take):
+                    m.d.sync += beat.as_value()[part].eq(beat_next[part])
             with m.If(taking):
+                m.d.sync += beat_words.eq(Mux(same, beat_words, 0) | port.payload.words)
                 with m.If(same):
                     with m.If(full):
-                        m.d.comb += [push.eq(1), push_beat.eq(merged)]
+                        m.d.comb += push.eq(1)
                         m.d.sync += is_open.eq(0)
-                    with m.Else():
-                        m.d.sync += beat.eq(merged)
                 with m.Else():
-                    m.d.comb += [push.eq(is_open), push_beat.eq(beat)]
+                    m.d.comb += push.eq(is_open)
                     m.d.sync += [is_open.eq(1), beat_follows.eq(port.payload.next_beat),
-                                 beat_address.eq(field.address & ~(data_bytes - 1)),
-                                 beat.data.eq(field_data), beat.strobe.eq(field_strobe)]
+                                 beat_address.eq(field.address & ~(data_bytes - 1))]
             # (a flush closes the open beat once the fields in the input buffers have merged)
             flush = flushes[number] & ~port.valid & edge_idle
             with m.Elif(flush & is_open & room):
-                m.d.comb += [push.eq(1), push_beat.eq(beat)]
+                m.d.comb += push.eq(1)
                 m.d.sync += is_open.eq(0)
 
             # ---- runs of consecutive beats
@@ -235,25 +262,31 @@ class WriteCombiner(wiring.Component):
             # run FIFO's write and level, 6.7 ns on the proxy); an open run is below MAX_BURST beats
             # (it is published as it reaches them), so it continues while open and followed
             run_nearly_full = Signal(name=f"run_nearly_full{number}")
+            # the run published this cycle: the open one, its length one more when the pushed beat
+            # fills it; flip-flops only (a beat is pushed only while open), so the run FIFO's write data
+            # does not wait for the push
             run_out = Signal(run_layout, name=f"run_out{number}")
-            m.d.comb += runs.w_data.eq(run_out)
-            push_first = first_strobed(push_beat.strobe, f"push_first{number}")
+            m.d.comb += [run_out.first.eq(run_first),
+                         run_out.length.eq(Mux(is_open & beat_follows & run_nearly_full, MAX_BURST, run_length)),
+                         runs.w_data.eq(run_out)]
+            # the pushed beat's first strobed byte: none but the first when the field filled it
+            push_first = Mux(same, 0, first_strobed(beat.strobe, f"push_first{number}"))
             # (the pushed beat is the open one: its address is the run's next, not at a 4 KiB
             # boundary, when it follows the beat pushed before it, worked out as its field entered)
             continues = run_open & beat_follows
+            # the open run is published as a beat is pushed that does not continue it, or fills it; or
+            # on a flush once no beat is open
+            m.d.comb += runs.w_en.eq(Mux(is_open, push & run_open & (~beat_follows | run_nearly_full),
+                                         flush & run_open))
             with m.If(push):
                 with m.If(continues):
                     m.d.sync += [run_length.eq(run_length + 1), run_nearly_full.eq(run_length == MAX_BURST - 2)]
                     with m.If(run_nearly_full):  # full: published at once
-                        m.d.comb += [runs.w_en.eq(1), run_out.first.eq(run_first), run_out.length.eq(MAX_BURST)]
                         m.d.sync += run_open.eq(0)
                 with m.Else():
-                    m.d.comb += [runs.w_en.eq(run_open), run_out.first.eq(run_first),
-                                 run_out.length.eq(run_length)]
                     m.d.sync += [run_open.eq(1), run_first.eq(push_address | push_first), run_length.eq(1),
                                  run_nearly_full.eq(MAX_BURST == 2)]
             with m.Elif(flush & ~is_open & run_open):
-                m.d.comb += [runs.w_en.eq(1), run_out.first.eq(run_first), run_out.length.eq(run_length)]
                 m.d.sync += run_open.eq(0)
             idles.append(edge_idle & stage.idle & ~is_open & ~run_open & ~beats.r_rdy & ~runs.r_rdy)
 

@@ -166,8 +166,8 @@ def test_state_machines_are_one_hot_on_the_timing_proxy_only(exported, proxy_ver
     import re
 
     marked = re.findall(r'\(\* fsm_encoding = "one-hot" \*\)\s*reg (?:\[\d+:0\] )?(\w+)', proxy_verilog)
-    # the sequencer's, a lane's issuer and the aggregator's four (one lane in ``small``)
-    assert sorted(marked) == sorted(["fsm_state", "issuer_state", "load_issue_state", "load_take_state",
+    # the sequencer's and the aggregator's four (a lane's issuer is a flag, ``streaming``)
+    assert sorted(marked) == sorted(["fsm_state", "load_issue_state", "load_take_state",
                                      "issue_state", "sums_state"]), marked
     assert "fsm_encoding" not in exported["verilog"].read_text()
 
@@ -204,10 +204,19 @@ def test_each_block_resets_from_its_own_copy_of_the_kernel_reset(exported, proxy
     flag_copies += [f"flush{i}_ff" for i in range(CONFIG.lanes + 1)]
     # and the aggregator's draining flag, one per part of the block that reads it
     flag_copies += [f"draining{i}_ff" for i in range(5)]
-    # and the read pointers of the sequencer's two head buffers and of the aggregator's writer's
+    # and the sequencer's aggregator start, one per group of the aggregator's registers
+    from smartsage.rtl.feature_aggregator import START_COPIES
+    from smartsage.rtl.write_combiner import BEAT_GROUP_BITS
+
+    flag_copies += [f"aggregate_start{i}_ff" for i in range(START_COPIES)]
+    # and each write combiner port's room flag: the port's own, and one per group of its open beat
+    beat_groups = max(1, (CONFIG.data_width + CONFIG.data_bytes) // BEAT_GROUP_BITS)
+    flag_copies += [f"room{port}_{i}_ff" for port in range(CONFIG.lanes + 1) for i in range(1 + beat_groups)]
+    # and the read pointers of the sequencer's two head buffers (the node and its usable bit; the
+    # pair, its "no samples" bit and its first edge's address) and of the aggregator's writer's
     # merged beat (address, data, strobes, first byte, follows) (rtl/ping_pong_buffer.py)
     merged_beat = 64 + CONFIG.data_width + CONFIG.data_bytes + CONFIG.beat_log2 + 1
-    for width in (FrontierNode.size + 1, IndptrPair.size + 1, merged_beat):
+    for width in (FrontierNode.size + 1, IndptrPair.size + 1 + 64, merged_beat):
         flag_copies += [f"read_slot{i}_ff" for i in range(-(-width // SELECT_GROUP))]
     assert sorted(copies) == sorted([f"{block}_reset_ff" for block in blocks] + flag_copies), copies
     assert "TRELLIS_FF" not in exported["verilog"].read_text()
@@ -228,7 +237,8 @@ def test_frontier_walk_steps_from_copies_of_its_decision_on_the_proxy_only(expor
     walk's registers (``written``, ``nodes_room``, ``frontier_index``, ``count_address``, 64 bits
     each, and ``frontier_end``), and of each lane's job-stage take, one per group of each of its copies of the
     staged node, and of each position sampler's issue (``ISSUE_COPIES``), and of the aggregator's beat
-    writer's two data selects, one per group of the data's bits, which Yosys keeps apart; the exported
+    writer's two data selects, one per group of the data's bits, and of each lane issuer's read
+    handshake and each write combiner port's field handshake, which Yosys keeps apart; the exported
     Verilog has none."""
     import re
 
@@ -244,5 +254,12 @@ def test_frontier_walk_steps_from_copies_of_its_decision_on_the_proxy_only(expor
     expected += [f"issue{i}_lut" for _ in range(CONFIG.lanes * SAMPLERS_PER_LANE) for i in range(ISSUE_COPIES)]
     expected += [f"{select}{i}_lut" for select in ("same", "hold_first")
                  for i in range(-(-CONFIG.data_width // SELECT_GROUP))]
+    # and each lane issuer's read handshake (the edge address's halves, the rest), and each write
+    # combiner port's field handshake, one per group of its open beat
+    from smartsage.rtl.write_combiner import BEAT_GROUP_BITS
+
+    expected += [f"issue_fire{i}_lut" for _ in range(CONFIG.lanes) for i in range(3)]
+    beat_groups = max(1, (CONFIG.data_width + CONFIG.data_bytes) // BEAT_GROUP_BITS)
+    expected += [f"beat_take{port}_{group}_0_lut" for port in range(CONFIG.lanes + 1) for group in range(beat_groups)]
     assert sorted(luts) == sorted(expected), luts
     assert "LUT4" not in exported["verilog"].read_text()

@@ -120,11 +120,11 @@ class _ObservedSequencer(CommandSequencer):
         (self.counts_base, self.frontier_index, self.frontier_size, self.counts_end, self.counts_fit, self.key_wait,
          self.written, self.nodes_room, self.count_address, self.frontier_end, self.fetching_descriptor,
          self.fetching_header, self.hop, self.last_hop, self.room_wide, self.room_exact, self.room_current,
-         self.room, self.prefetching, self.result_index, self.frontier_last) = inner(
+         self.room, self.prefetching, self.result_index, self.frontier_last, self.hop_advance) = inner(
             m, "counts_base", "frontier_index", "frontier_size", "counts_end", "counts_fit", "key_wait", "written",
             "nodes_room", "count_address", "frontier_end", "fetching_descriptor", "fetching_header", "hop",
             "last_hop", "room_wide", "room_exact", "room_current", "room", "prefetching", "result_index",
-            "frontier_last")
+            "frontier_last", "hop_advance")
         offset, size = field_span(DESCRIPTOR_FIELDS, "num_hops")
         word, = inner(m, f"desc_word{offset // 8}")
         self.num_hops = word[(offset % 8) * 8:(offset % 8 + size) * 8]
@@ -216,12 +216,16 @@ class SequencerWritesHarness(PartsHarness):
             # frontier's last index (loaded in HOP)
             "frontier_end": ~in_state["FRONTIER"] | ((dut.frontier_end == (dut.frontier_index == dut.frontier_size))
                                                      & (dut.frontier_last == (dut.frontier_size - 1)[:64])),
-            # the hop's counts end and its check settle in HOP's first two cycles (key_wait is
-            # MIX32_LATENCY + 1 as HOP is entered and counts down)
-            "counts_end": ~in_state["HOP"] | (dut.key_wait > MIX32_LATENCY)
-                          | ((dut.counts_end == dut.counts_base + dut.frontier_size)
-                             & ((dut.key_wait == MIX32_LATENCY) | (dut.counts_fit == dut._fits(
-                                 dut.counts_end, b.counts_capacity, "counts")))),
+            # the hop's counts end and its check settle while key_wait counts down from
+            # MIX32_LATENCY + 1: as HOP is entered from COMMAND_KEY, and in HOP_DRAIN's second
+            # cycle, after the hop's registers moved on (``hop_advance``, in its first cycle, with
+            # key_wait at MIX32_LATENCY + 2; or in FINISH's, when a lane failed as HOP_WAIT ended);
+            # HOP_DRAIN hands HOP what is left of the count
+            "counts_end": (~dut.hop_advance | (dut.key_wait == MIX32_LATENCY + 2))
+                          & (~(in_state["HOP"] | in_state["HOP_DRAIN"]) | (dut.key_wait > MIX32_LATENCY)
+                             | ((dut.counts_end == dut.counts_base + dut.frontier_size)
+                                & ((dut.key_wait == MIX32_LATENCY) | (dut.counts_fit == dut._fits(
+                                    dut.counts_end, b.counts_capacity, "counts"))))),
             # during a hop its counts range [counts_base, counts_base + frontier_size) was checked,
             # and the walk is inside it
             "counts_range": ~in_state["FRONTIER"] | ((dut.counts_base + dut.frontier_size <= b.counts_capacity)

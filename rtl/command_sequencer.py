@@ -493,14 +493,10 @@ class CommandSequencer(KernelBlock):
         # emptied with the prefetcher's queues: ping-pong buffers, so FRONTIER's hand-off moves their
         # read pointers and enables none of their ~430 payload flip-flops
         # (a node's "usable" bit, in range and read, and a pair's "no samples" bit, count == 0, are
-        # worked out on their way into the buffers: FRONTIER's decision reads bits, not the fields;
-        # so is the job's first edge address, the indices section's base plus the pair's start:
-        # behind the buffer's slot multiplexer its 64-bit sum ran into the dispatcher's intake
-        # registers, 7.5-7.7 ns in every run of the whole kernel's ECP5 proxy. The base and the id
-        # width are loaded in CHECK, before the hop's first pair)
+        # worked out on their way into the buffers: FRONTIER's decision reads bits, not the fields)
         head_node = data.StructLayout({"node": FrontierNode, "usable": 1})
         m.submodules.nodes_head = nodes_head = PingPongBuffer(head_node)
-        head_pair = data.StructLayout({"pair": IndptrPair, "none": 1, "edge_address": 64})
+        head_pair = data.StructLayout({"pair": IndptrPair, "none": 1})
         m.submodules.pairs_head = pairs_head = PingPongBuffer(head_pair)
         m.d.comb += [nodes_head.clear.eq(self.clear_jobs), pairs_head.clear.eq(self.clear_jobs)]
         m.d.comb += [nodes_head.i.valid.eq(self.nodes.valid), self.nodes.ready.eq(nodes_head.i.ready),
@@ -508,9 +504,7 @@ class CommandSequencer(KernelBlock):
                      nodes_head.i.payload.usable.eq(self.nodes.payload.in_range & ~self.nodes.payload.error)]
         m.d.comb += [pairs_head.i.valid.eq(self.pairs.valid), self.pairs.ready.eq(pairs_head.i.ready),
                      pairs_head.i.payload.pair.eq(self.pairs.payload),
-                     pairs_head.i.payload.none.eq(self.pairs.payload.count == 0),
-                     pairs_head.i.payload.edge_address.eq(indices_base + id_offset(wide_edges,
-                                                                                   self.pairs.payload.start))]
+                     pairs_head.i.payload.none.eq(self.pairs.payload.count == 0)]
         nodes_in, pairs_in = nodes_head.o, pairs_head.o
         entry = nodes_in.payload.node
         pair = pairs_in.payload.pair
@@ -540,7 +534,7 @@ class CommandSequencer(KernelBlock):
         m.d.comb += [
             count.eq(pair.count),
             job_in.shifted_key.eq(entry.shifted_key), job_in.degree.eq(pair.degree[:32]), job_in.count.eq(count),
-            job_in.edge_address.eq(pairs_in.payload.edge_address), job_in.base.eq(written),
+            job_in.edge_address.eq(indices_base + id_offset(wide_edges, pair.start)), job_in.base.eq(written),
             job_in.node_address.eq(nodes_ptr + id_offset(wide_nodes, written)),
         ]
         # FRONTIER's hand-off, outside the state machine (the state is ``prefetching``; the fails

@@ -38,7 +38,7 @@ from .kernel_block import KernelBlock, check_kernel_config
 from .node_list_collector import NodeListCollector, answer_layout, id_offset
 from .node_list_collector import collect_layout as node_list_collector_layout
 from .position_sampler import DRAW_LATENCY, PositionSampler
-from .register_copies import and_copies, register_copies
+from .register_copies import and_copies, lut_copies, register_copies
 from .stream_buffer import StreamBuffer
 from .tagged_read_stream import ReadPortSignature
 from .write_combiner import AppendWord
@@ -325,7 +325,8 @@ class EdgeStreamer(KernelBlock):
         streaming = Signal()    # a ticket is held (its reads are issued)
         ticket_sampler = Signal(range(SAMPLERS_PER_LANE))
         ticket_dense = Signal()
-        positions_valid = (Cat(sampler.positions.valid for sampler in samplers) & taking).any()
+        positions_valid = Signal()     # the ticket's sampler offers a position
+        m.d.comb += positions_valid.eq((Cat(sampler.positions.valid for sampler in samplers) & taking).any())
         positions = Array(sampler.positions.payload for sampler in samplers)[ticket_sampler]
         # registered: the ticket's edge address (a dense ticket's steps to its next read, a beat
         # boundary after the first) and the ids of the ticket still to read
@@ -338,9 +339,12 @@ class EdgeStreamer(KernelBlock):
         dense_ids = Signal(range(ids_per_beat + 1))
         m.d.comb += dense_ids.eq(Mux(remaining < dense_room, remaining, dense_room))
         # whether the next read is the ticket's last (``remaining`` == its ids: 1, or a dense read's
-        # ``dense_ids``), a flip-flop worked out with the registers it compares, so no compare sits
-        # between the read's handshake and the next ticket's load
+        # ``dense_ids``, that is remaining <= dense_room), worked out from registers beside the
+        # handshake; and whether the next ticket is taken as it goes (it is there)
         last_read = Signal()
+        next_now = Signal()
+        m.d.comb += [last_read.eq(Mux(ticket_dense, remaining <= dense_room, remaining == 1)),
+                     next_now.eq(last_read & tickets.r_rdy)]
         beat_ids = Mux(wide_ids, data_bytes >> 3, data_bytes >> 2)
 
         def ids_to_beat_end(address):
@@ -348,40 +352,40 @@ class EdgeStreamer(KernelBlock):
         step = Mux(ticket_dense, dense_ids, 1)
         loaded = ticket_layout(tickets.r_data)
         taking_loaded = Mux(loaded.dense, 0, Const(1, SAMPLERS_PER_LANE) << loaded.sampler)
-        loaded_room = Signal.like(dense_room)
-        m.d.comb += loaded_room.eq(ids_to_beat_end(loaded.edge_address))
-        stepped_remaining = Signal.like(remaining)
-        m.d.comb += stepped_remaining.eq(remaining - step)
         m.d.comb += [
             port.request.valid.eq(streaming & (ticket_dense | positions_valid)),
             port.request.payload.eq(Mux(ticket_dense, edge_address,
                                         edge_address + id_offset(wide_ids, positions))),
             port.tag.eq(Mux(ticket_dense, dense_ids, 1)),
         ]
-        # the read's handshake enables the ticket's registers: its last AND copied per group (the
-        # address's halves, the counts and flags), so its own net reaches a few LUTs, not ~150
-        # enables (the issuer's ``taking`` -> itself through that net, 9.29 ns, was the whole kernel's
-        # worst path in one run of the ECP5 proxy)
-        fire_address_low, fire_address_high, fire = and_copies(m, platform, "issue_fire", port.request.valid,
-                                                               port.request.ready, 3)
+        # the read's handshake picks the ticket's registers' next values, which are worked out
+        # beside it from registers (the next ticket's, or the stepped ones): as the last select, in
+        # one LUT per copy (``lut_copies``: the edge address's halves, the rest), so its own net
+        # reaches a few LUTs, not ~150 multiplexers (the issuer's ``taking`` -> itself through that
+        # net, 9.29 ns, was the whole kernel's worst path in one run of the ECP5 proxy)
+        fire_address_low, fire_address_high, fire = lut_copies(
+            m, platform, "issue_fire", lambda dense, ids_ready, held, ready: (dense | ids_ready) & held & ready,
+            [ticket_dense, positions_valid, streaming, port.request.ready], 3)
         # a ticket is taken while none is held, or as the held one's last read goes
-        take_idle = ~streaming & tickets.r_rdy & ~finishing & ~stopped
-        m.d.comb += [issuer_idle.eq(~streaming & ~tickets.r_rdy),
-                     tickets.r_en.eq(take_idle | (fire & last_read & tickets.r_rdy))]
+        take_idle = Signal()
+        m.d.comb += [take_idle.eq(~streaming & tickets.r_rdy & ~finishing & ~stopped),
+                     issuer_idle.eq(~streaming & ~tickets.r_rdy),
+                     tickets.r_en.eq(take_idle | (fire & next_now))]
+
+        def next_value(fire_copy, register, loaded_value, stepped_value):
+            return Mux(fire_copy, Mux(next_now, loaded_value, stepped_value), Mux(take_idle, loaded_value, register))
+        stepped_address = Mux(ticket_dense, (edge_address | (data_bytes - 1)) + 1, edge_address)
         for fire_copy, bits in ((fire_address_low, slice(0, 32)), (fire_address_high, slice(32, 64))):
-            with m.If(take_idle | (fire_copy & last_read & tickets.r_rdy)):
-                m.d.sync += edge_address[bits].eq(loaded.edge_address[bits])
-            with m.Elif(fire_copy & ticket_dense):
-                m.d.sync += edge_address[bits].eq(((edge_address | (data_bytes - 1)) + 1)[bits])
-        with m.If(take_idle | (fire & last_read & tickets.r_rdy)):
-            m.d.sync += [streaming.eq(1), ticket_sampler.eq(loaded.sampler), ticket_dense.eq(loaded.dense),
-                         taking.eq(taking_loaded), dense_room.eq(loaded_room), remaining.eq(loaded.count),
-                         last_read.eq(Mux(loaded.dense, loaded.count <= loaded_room, loaded.count == 1))]
-        with m.Elif(fire):
-            m.d.sync += [remaining.eq(stepped_remaining), dense_room.eq(beat_ids),
-                         last_read.eq(Mux(ticket_dense, stepped_remaining <= beat_ids, stepped_remaining == 1))]
-            with m.If(last_read):
-                m.d.sync += [streaming.eq(0), taking.eq(0)]
+            m.d.sync += edge_address[bits].eq(next_value(fire_copy, edge_address[bits], loaded.edge_address[bits],
+                                                         stepped_address[bits]))
+        m.d.sync += [
+            streaming.eq(next_value(fire, streaming, 1, ~last_read)),
+            ticket_sampler.eq(next_value(fire, ticket_sampler, loaded.sampler, ticket_sampler)),
+            ticket_dense.eq(next_value(fire, ticket_dense, loaded.dense, ticket_dense)),
+            taking.eq(next_value(fire, taking, taking_loaded, Mux(last_read, 0, taking))),
+            dense_room.eq(next_value(fire, dense_room, ids_to_beat_end(loaded.edge_address), beat_ids)),
+            remaining.eq(next_value(fire, remaining, loaded.count, remaining - step)),
+        ]
         with m.If(streaming & (finishing | stopped)):
             m.d.sync += [streaming.eq(0), taking.eq(0)]
         # a sampler's positions leave while the read port takes them from it: ``taking`` is zero

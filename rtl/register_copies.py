@@ -27,11 +27,7 @@ from __future__ import annotations
 
 from amaranth.hdl import ClockSignal, Instance, Module, ResetSignal, Signal
 
-__all__ = ["trellis_register", "register_copies", "and_copies"]
-
-#: ``LUT4`` truth table of ``A & B`` (whatever C and D are: both tied low).
-_LUT4_AND2 = 0x8888
-
+__all__ = ["trellis_register", "register_copies", "and_copies", "lut_copies"]
 
 def trellis_register(m: Module, name: str, d, init: int, reset) -> Signal:
     """A one-bit ``TRELLIS_FF`` instance named ``<name>_ff`` of the ``sync`` domain's clock: it loads
@@ -63,13 +59,33 @@ def register_copies(m: Module, platform, name: str, d, count: int, init: int = 0
 def and_copies(m: Module, platform, name: str, a, b, count: int) -> list[Signal]:
     """``count`` copies of ``a & b`` named ``<name>0`` ..: ``LUT4`` instances named ``<name><i>_lut`` on
     the ECP5 proxy platform; elsewhere one AND named ``name``, ``count`` times."""
+    return lut_copies(m, platform, name, lambda x, y: x & y, [a, b], count)
+
+
+def lut_copies(m: Module, platform, name: str, function, inputs, count: int) -> list[Signal]:
+    """``count`` copies of ``function(*inputs)``, a function of one to four 1-bit values made of ``&``,
+    ``|``, ``^`` and ``~`` (a decision's last LUT, say ``(dense | ready_ids) & streaming & port_ready``),
+    named ``<name>0`` ..: ``LUT4`` instances named ``<name><i>_lut`` on the ECP5 proxy platform (the
+    truth table worked out by calling ``function`` on integers); elsewhere one signal named ``name``,
+    ``count`` times."""
     if count < 1:
-        raise ValueError(f"and_copies: {name} needs at least one copy, not {count}")
+        raise ValueError(f"lut_copies: {name} needs at least one copy, not {count}")
+    if not 1 <= len(inputs) <= 4:
+        raise ValueError(f"lut_copies: {name} takes one to four inputs, not {len(inputs)}")
     if getattr(platform, "family", None) == "ecp5":
+        init = 0
+        for index in range(16):
+            bits = [(index >> i) & 1 for i in range(len(inputs))]
+            if all((index >> i) & 1 == 0 for i in range(len(inputs), 4)) and function(*bits) & 1:
+                # the unused inputs are tied low: only their zero rows matter, the others copy them
+                for high in range(1 << (4 - len(inputs))):
+                    init |= 1 << (index | (high << len(inputs)))
+        padded = [*inputs, *[0] * (4 - len(inputs))]
+        pins = {f"i_{pin}": padded[i] for i, pin in enumerate("ABCD")}
         copies = [Signal(name=f"{name}{i}") for i in range(count)]
         for i, z in enumerate(copies):
-            m.submodules[f"{name}{i}_lut"] = Instance("LUT4", p_INIT=_LUT4_AND2, i_A=a, i_B=b, i_C=0, i_D=0, o_Z=z)
+            m.submodules[f"{name}{i}_lut"] = Instance("LUT4", p_INIT=init, **pins, o_Z=z)
         return copies
-    both = Signal(name=name)
-    m.d.comb += both.eq(a & b)
-    return [both] * count
+    value = Signal(name=name)
+    m.d.comb += value.eq(function(*inputs))
+    return [value] * count

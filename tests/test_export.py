@@ -209,14 +209,14 @@ def test_each_block_resets_from_its_own_copy_of_the_kernel_reset(exported, proxy
     from smartsage.rtl.write_combiner import BEAT_GROUP_BITS
 
     flag_copies += [f"aggregate_start{i}_ff" for i in range(START_COPIES)]
-    # and each write combiner port's room flag: the port's own, and one per group of its open beat
+    # and each write combiner port's room flag: the port's ready, its push, and one per group of its
+    # open beat
     beat_groups = max(1, (CONFIG.data_width + CONFIG.data_bytes) // BEAT_GROUP_BITS)
-    flag_copies += [f"room{port}_{i}_ff" for port in range(CONFIG.lanes + 1) for i in range(1 + beat_groups)]
-    # and the read pointers of the sequencer's two head buffers (the node and its usable bit; the
-    # pair, its "no samples" bit and its first edge's address) and of the aggregator's writer's
+    flag_copies += [f"room{port}_{i}_ff" for port in range(CONFIG.lanes + 1) for i in range(2 + beat_groups)]
+    # and the read pointers of the sequencer's two head buffers and of the aggregator's writer's
     # merged beat (address, data, strobes, first byte, follows) (rtl/ping_pong_buffer.py)
     merged_beat = 64 + CONFIG.data_width + CONFIG.data_bytes + CONFIG.beat_log2 + 1
-    for width in (FrontierNode.size + 1, IndptrPair.size + 1 + 64, merged_beat):
+    for width in (FrontierNode.size + 1, IndptrPair.size + 1, merged_beat):
         flag_copies += [f"read_slot{i}_ff" for i in range(-(-width // SELECT_GROUP))]
     assert sorted(copies) == sorted([f"{block}_reset_ff" for block in blocks] + flag_copies), copies
     assert "TRELLIS_FF" not in exported["verilog"].read_text()

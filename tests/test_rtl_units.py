@@ -20,7 +20,7 @@ from smartsage.rtl.kernel import IMAGE_WORDS, SamplerKernel
 from smartsage.rtl.multiply import multiply_add_latency, multiply_add_low, split_accumulate
 from smartsage.rtl.ping_pong_buffer import SELECT_GROUP, PingPongBuffer
 from smartsage.rtl.position_sampler import PositionSampler
-from smartsage.rtl.register_copies import and_copies, register_copies
+from smartsage.rtl.register_copies import and_copies, lut_copies, register_copies
 from smartsage.rtl.rng import (
     MIX32_LATENCY,
     MULTIPLY_LATENCY,
@@ -794,3 +794,45 @@ def test_copies_equal_their_flag_or_and_and_refuse_no_copy():
     _simulate(m, bench)
     _refused("flag needs at least one copy", lambda: register_copies(Module(), None, "flag", d, 0))
     _refused("both needs at least one copy", lambda: and_copies(Module(), None, "both", a, b, 0))
+
+
+@pytest.mark.parametrize("arity,function", [
+    (2, lambda x, y: x & y),
+    (3, lambda x, y, z: (x ^ y) | ~z),
+    (4, lambda dense, ids, held, ready: (dense | ids) & held & ready),   # a lane issuer's read handshake
+])
+def test_lut_copies_truth_table_is_the_function(arity, function):
+    """On the ECP5 proxy, ``lut_copies`` is ``LUT4`` instances whose INIT row for inputs (A, B, C, D)
+    is ``function`` of the used ones (the unused tied low, so each of their rows copies the row
+    with them at 0); elsewhere one signal equal to the function, returned ``count`` times. More than
+    four inputs, or no copy, is refused by name."""
+    class _Ecp5:
+        family = "ecp5"
+
+    m = Module()
+    inputs = [Signal(name=f"x{i}") for i in range(arity)]
+    lut_copies(m, _Ecp5(), "pick", function, inputs, 2)
+    luts = [m._named_submodules[f"pick{i}_lut"][0] for i in range(2)]   # (instance, source location)
+    init = luts[0].parameters["INIT"]
+    assert luts[1].parameters["INIT"] == init
+    for row in range(16):
+        used = [(row >> i) & 1 for i in range(arity)]
+        assert (init >> row) & 1 == function(*used) & 1, (row, hex(init))
+
+    m = Module()
+    inputs = [Signal(name=f"x{i}") for i in range(arity)]
+    copies = lut_copies(m, None, "pick", function, inputs, 3)
+    assert len(copies) == 3 and len({id(c) for c in copies}) == 1
+
+    async def bench(ctx):
+        for row in range(1 << arity):
+            for i, x in enumerate(inputs):
+                ctx.set(x, (row >> i) & 1)
+            assert ctx.get(copies[0]) == function(*((row >> i) & 1 for i in range(arity))) & 1, row
+
+    sim = Simulator(m)    # (combinational: no clock)
+    sim.add_testbench(bench)
+    sim.run()
+    _refused("pick needs at least one copy", lambda: lut_copies(Module(), None, "pick", function, inputs, 0))
+    _refused("pick takes one to four inputs", lambda: lut_copies(Module(), None, "pick", lambda *v: v[0],
+                                                                 [Signal() for _ in range(5)], 1))

@@ -8,6 +8,10 @@ id per position; a job with d <= k takes all its d consecutive ids, read a beat 
 (*dense*: up to data_width / 32 ids per read). Lanes finish their jobs in any order: each id's
 place was fixed at dispatch. Addresses are computed once per job (shifts, no multiplications) and
 stepped in registers.
+
+A little longer than the ~400 lines of the other blocks: the issuer's two halves (the job stage
+with the samplers' turn, and the ticket's reads) share the tickets FIFO and the samplers, and most
+of the length is the comments that give each register's timing reason on the ECP5 proxy.
 """
 
 from __future__ import annotations

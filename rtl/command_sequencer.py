@@ -51,8 +51,8 @@ from .rng import MIX32_LATENCY, mix32_pipelined
 from .tagged_read_stream import ReadPortSignature
 from .write_combiner import AppendWord
 
-__all__ = ["CommandSequencer", "IMAGE_WORDS", "SUPPORTED_FLAGS", "OutputBuffers", "bus_switch_copies",
-           "BUS_SWITCH_GROUP", "PrefetchOwners"]
+__all__ = ["CommandSequencer", "IMAGE_WORDS", "SUPPORTED_FLAGS", "OutputBuffers", "SAMPLING_BUS_PORTS",
+           "bus_switch_copies", "BUS_SWITCH_GROUP", "PrefetchOwners"]
 
 #: Descriptor flags this build executes: AGGREGATE (docs/spec.md section 4, the feature aggregator).
 SUPPORTED_FLAGS = int(Flags.AGGREGATE)
@@ -70,16 +70,22 @@ BUS_SWITCH_GROUP = 48
 WALK_GROUP = 32
 
 
+#: The sampling engines on the two buses the aggregator borrows (the storage read engine; device
+#: memory's read engine and write combiner): a copy of ``aggregating`` each gates its incoming
+#: handshakes.
+SAMPLING_BUS_PORTS = 3
+
+
 def bus_switch_copies(config: KernelConfig) -> int:
     """Copies of the sequencer's ``aggregating`` flag the kernel's bus switch uses: one for the
-    aggregator's incoming handshakes on each bus (storage, device memory), one for the sampling
-    engines', and one per
-    :data:`BUS_SWITCH_GROUP` bits of the two buses' outgoing signals (the storage master's read
-    channels, device memory's read and write channels)."""
+    aggregator's incoming handshakes on each bus (storage, device memory), one for each sampling
+    engine's (:data:`SAMPLING_BUS_PORTS`), and one per :data:`BUS_SWITCH_GROUP` bits of the two
+    buses' outgoing signals (the storage master's read channels, device memory's read and write
+    channels)."""
     outgoing = sum(Shape.cast(member.shape).width
                    for signature in (AxiReadSignature(config.data_width), AxiSignature(config.data_width))
                    for member in signature.members.values() if member.flow == Out)
-    return 3 + -(-outgoing // BUS_SWITCH_GROUP)
+    return 2 + SAMPLING_BUS_PORTS + -(-outgoing // BUS_SWITCH_GROUP)
 
 
 class CommandSequencer(KernelBlock):
@@ -107,7 +113,7 @@ class CommandSequencer(KernelBlock):
         for each of its uses (:mod:`~smartsage.rtl.register_copies`); a hop starts (from entry 0):
         high in the cycle after each cycle of HOP, a flip-flop (the prefetcher takes it while not
         running).
-    frontier_size, nodes_ptr, num_nodes, indptr_base : ``Out(64)``
+    frontier_size, nodes_ptr, num_nodes, indptr_base, indices_base : ``Out(64)``
     wide_ids : ``Out(1)``; hop_key : ``Out(32)``; fanout : ``Out(16)``
         What the prefetcher and the lanes need of the command and the hop.
     job : ``Out(stream.Signature(node_job_layout(config.max_fanout)))``
@@ -162,7 +168,7 @@ class CommandSequencer(KernelBlock):
             "nodes": In(stream.Signature(FrontierNode)), "pairs": In(stream.Signature(IndptrPair)),
             "prefetch": Out(PrefetchOwners), "restart_prefetch": Out(1),
             "frontier_size": Out(64), "nodes_ptr": Out(ADDRESS_WIDTH), "num_nodes": Out(64),
-            "indptr_base": Out(ADDRESS_WIDTH),
+            "indptr_base": Out(ADDRESS_WIDTH), "indices_base": Out(ADDRESS_WIDTH),
             "wide_ids": Out(1), "hop_key": Out(32), "fanout": Out(16),
             "job": Out(stream.Signature(node_job_layout(config.max_fanout))), "jobs_waiting": In(1),
             "fields": Out(stream.Signature(AppendWord)),
@@ -262,12 +268,12 @@ class CommandSequencer(KernelBlock):
         num_nodes = image("num_nodes")
         dtype_offset = field_span(spec_image.HEADER_FIELDS, "index_dtype")[0] % 8
         # decoded header fields are registered (the header words change only in the IMAGE state)
-        # (the id width as three flip-flops: one for the job's edge address, one for its node address,
-        # one for the rest; as one, into both addresses' shifts and the dispatcher's intake it was a
-        # 9.0 ns path on the ECP5 proxy)
-        wide_ids, wide_edges, wide_nodes = register_copies(
+        # (the id width as two flip-flops: one for the job's node address, one for the rest; as one,
+        # into the addresses' shifts and the dispatcher's intake it was a 9.0 ns path on the ECP5
+        # proxy. The job's edge address comes with its pair: the prefetcher works it out)
+        wide_ids, wide_nodes = register_copies(
             m, platform, "wide_ids", image("index_dtype")[dtype_offset * 8:dtype_offset * 8 + 8]
-            == int(spec_image.IndexDtype.U64), 3)
+            == int(spec_image.IndexDtype.U64), 2)
         # feature_dim and feature_dtype share the 64-bit header word of index_dtype
         for name in ("feature_dim", "feature_dtype"):
             assert field_span(spec_image.HEADER_FIELDS, name)[0] & ~7 == IMAGE_WORDS["index_dtype"]
@@ -480,7 +486,7 @@ class CommandSequencer(KernelBlock):
         # what the prefetcher and the lanes need of the command and the hop
         m.d.comb += [
             self.frontier_size.eq(frontier_size), self.nodes_ptr.eq(nodes_ptr),
-            self.num_nodes.eq(num_nodes), self.indptr_base.eq(indptr_base),
+            self.num_nodes.eq(num_nodes), self.indptr_base.eq(indptr_base), self.indices_base.eq(indices_base),
             self.wide_ids.eq(wide_ids), self.hop_key.eq(hop_key), self.fanout.eq(fanout),
         ]
 
@@ -534,7 +540,7 @@ class CommandSequencer(KernelBlock):
         m.d.comb += [
             count.eq(pair.count),
             job_in.shifted_key.eq(entry.shifted_key), job_in.degree.eq(pair.degree[:32]), job_in.count.eq(count),
-            job_in.edge_address.eq(indices_base + id_offset(wide_edges, pair.start)), job_in.base.eq(written),
+            job_in.edge_address.eq(pair.edge_address), job_in.base.eq(written),
             job_in.node_address.eq(nodes_ptr + id_offset(wide_nodes, written)),
         ]
         # FRONTIER's hand-off, outside the state machine (the state is ``prefetching``; the fails

@@ -21,7 +21,9 @@ from .axi import ADDRESS_WIDTH
 from .compare import below
 from .free_slot_fifo import FreeSlotFIFO
 from .kernel_block import KernelBlock, check_kernel_config
+from .node_list_collector import id_offset
 from .read_stream import StreamWord
+from .register_copies import register_copies
 from .rng import MIX32_LATENCY, mix32_pipelined
 from .tagged_read_stream import ReadPortSignature
 
@@ -33,9 +35,12 @@ __all__ = ["FrontierPrefetcher", "FrontierNode", "IndptrPair", "nodes_ahead"]
 #: RNG key H_v after mix32's first xor-shift (``shifted_key``, ``H_v ^ (H_v >> 16)``: what a position
 #: sampler takes, :data:`~smartsage.rtl.position_sampler.PositionRequest`).
 FrontierNode = data.StructLayout({"node": 64, "in_range": 1, "error": 1, "address": 64, "shifted_key": 32})
-#: indptr[v] and indptr[v+1] of an in-range id, their difference (the degree) and the node's sample
-#: count min(degree, k) for the hop's fanout k; ``error``: one of their reads failed (at ``address``).
-IndptrPair = data.StructLayout({"start": 64, "end": 64, "degree": 64, "count": 16, "error": 1, "address": 64})
+#: An in-range id's indptr pair as a job needs it: the storage address of its first edge
+#: (``edge_address``, ``indices_base + indptr[v] x id size``), indptr[v+1] (``end``), their difference
+#: (the degree) and the node's sample count min(degree, k) for the hop's fanout k; ``error``: one of the
+#: pair's reads failed (at ``address``).
+IndptrPair = data.StructLayout({"edge_address": 64, "end": 64, "degree": 64, "count": 16, "error": 1,
+                                "address": 64})
 
 
 def nodes_ahead(config: KernelConfig) -> int:
@@ -70,8 +75,9 @@ class FrontierPrefetcher(KernelBlock):
         The hop's frontier is being read (reads and answers are taken only then).
     restart : ``In(1)``
         The next hop starts: read from entry 0 (taken while not ``active``).
-    frontier_size, nodes_ptr, num_nodes, indptr_base : ``In(64)``
-        |F_h|, the node list's device address, N, and the indptr section's storage address.
+    frontier_size, nodes_ptr, num_nodes, indptr_base, indices_base : ``In(64)``
+        |F_h|, the node list's device address, N, and the indptr and indices sections' storage
+        addresses.
     wide_ids : ``In(1)``
     hop_key : ``In(32)``
     fanout : ``In(16)``
@@ -91,7 +97,8 @@ class FrontierPrefetcher(KernelBlock):
             "pairs": Out(stream.Signature(IndptrPair)),
             "active": In(1), "restart": In(1),
             "frontier_size": In(64), "nodes_ptr": In(ADDRESS_WIDTH), "num_nodes": In(64),
-            "indptr_base": In(ADDRESS_WIDTH), "wide_ids": In(1), "hop_key": In(32), "fanout": In(16),
+            "indptr_base": In(ADDRESS_WIDTH), "indices_base": In(ADDRESS_WIDTH),
+            "wide_ids": In(1), "hop_key": In(32), "fanout": In(16),
             "clear": In(1), "abandon": In(1),
         })
 
@@ -110,6 +117,12 @@ class FrontierPrefetcher(KernelBlock):
         wide_ids, num_nodes = Signal(name="wide_ids"), Signal(64, name="num_nodes")
         fanout = Signal.like(self.fanout, name="fanout")
         m.d.sync += [wide_ids.eq(self.wide_ids), num_nodes.eq(self.num_nodes), fanout.eq(self.fanout)]
+        # (the indices section's address and a copy of the id width of its own, for the pairs' first
+        # edge addresses, worked out here as a pair is queued: in the sequencer, that add sat between
+        # its pair buffer's read and the dispatcher's intake, 8.2-8.6 ns on the ECP5 proxy)
+        indices_base = Signal(ADDRESS_WIDTH, name="indices_base")
+        m.d.sync += indices_base.eq(self.indices_base)
+        wide_edges = register_copies(m, platform, "wide_edges", self.wide_ids, 1)[0]
         # (a node count of 2^32 or more, a flag loaded beside the copy: every 32-bit id is in range)
         num_nodes_high_any = Signal(name="num_nodes_high_any")
         m.d.sync += num_nodes_high_any.eq(self.num_nodes[32:] != 0)
@@ -265,7 +278,8 @@ class FrontierPrefetcher(KernelBlock):
         paired = Signal()
         # (both degrees are subtracted and one picked by the tag: the tag, read from the engine's
         # LUT-RAM tags FIFO, no longer selects the operands of a 64-bit carry chain)
-        m.d.comb += [pair_in.start.eq(Mux(whole, answer.data, first_half.data)),
+        pair_start = Signal(64)     # indptr[v], as staged (the next stage works out its edge address)
+        m.d.comb += [pair_start.eq(Mux(whole, answer.data, first_half.data)),
                      pair_in.end.eq(Mux(whole, next_word, answer.data)),
                      pair_in.degree.eq(Mux(whole, next_word - answer.data, answer.data - first_half.data)),
                      pair_in.error.eq(Mux(whole, answer.error, first_half.error | answer.error)),
@@ -280,7 +294,8 @@ class FrontierPrefetcher(KernelBlock):
                     m.d.comb += paired.eq(1)
                 with m.Else():
                     m.d.sync += first_half.eq(port_a.response.payload)
-        m.d.sync += [pair_staged.eq(paired), pair_stage.eq(pair_in)]
+        staged_start = Signal(64)
+        m.d.sync += [pair_staged.eq(paired), pair_stage.eq(pair_in), staged_start.eq(pair_start)]
         with m.If(job_reset):
             m.d.sync += [have_half.eq(0), pair_staged.eq(0)]
         # min(d, k) without a 64-bit carry chain (k has 16 bits): d < k worked out from the staged
@@ -292,6 +307,7 @@ class FrontierPrefetcher(KernelBlock):
         queued_below = Signal()                  # the queued pair's d < k
         queued_fanout = Signal.like(fanout)      # (the k its compare used)
         m.d.sync += [pair_queued.eq(pair_stage), pair_queued_valid.eq(pair_staged),
+                     pair_queued.edge_address.eq(indices_base + id_offset(wide_edges, staged_start)),
                      queued_below.eq(below(pair_stage.degree, fanout)), queued_fanout.eq(fanout)]
         with m.If(job_reset):
             m.d.sync += pair_queued_valid.eq(0)

@@ -401,6 +401,7 @@ def test_frontier_prefetcher_checks_ids_keys_and_indptr_pairs(config_name, wide,
         frontier[9] = (rng.getrandbits(31) << 32) | rng.randrange(num_nodes)
         frontier[10] = (1 << 64) - 1
     nodes_ptr, indptr_base = 0x2000 + 64 * rng.randrange(4), 0x800 + 8 * rng.randrange(8)
+    indices_base = 0x10_0000_0000 + 4 * rng.randrange(1 << 20)   # (beyond 32 bits: the add's carry)
     hop_key = rng.getrandbits(32)
     fanout = rng.randint(1, config.max_fanout)
     device = bytearray(nodes_ptr + len(frontier) * size + beat_bytes)
@@ -423,8 +424,8 @@ def test_frontier_prefetcher_checks_ids_keys_and_indptr_pairs(config_name, wide,
     async def sequencer(ctx):
         """Takes a node (and its pair when in range) as the sequencer's FRONTIER state does."""
         for name, value in (("frontier_size", len(frontier)), ("nodes_ptr", nodes_ptr), ("num_nodes", num_nodes),
-                            ("indptr_base", indptr_base), ("wide_ids", wide), ("hop_key", hop_key),
-                            ("fanout", fanout)):
+                            ("indptr_base", indptr_base), ("indices_base", indices_base), ("wide_ids", wide),
+                            ("hop_key", hop_key), ("fanout", fanout)):
             ctx.set(getattr(prefetcher, name), value)
         ctx.set(prefetcher.restart, 1)
         await ctx.tick()
@@ -443,9 +444,8 @@ def test_frontier_prefetcher_checks_ids_keys_and_indptr_pairs(config_name, wide,
                     nodes.append((node.node, node.in_range, node.shifted_key))
                     if node.in_range:
                         pair = ctx.get(prefetcher.pairs.payload)
-                        pairs.append((pair.start, pair.end, pair.error))
-                        assert pair.error or (pair.degree == pair.end - pair.start
-                                              and pair.count == min(pair.degree, fanout))
+                        pairs.append((pair.edge_address, pair.end, pair.degree, pair.error))
+                        assert pair.error or pair.count == min(pair.degree, fanout)
             ctx.set(prefetcher.nodes.ready, take)
             ctx.set(prefetcher.pairs.ready, take and bool(ctx.get(prefetcher.nodes.payload).in_range))
             await ctx.tick()
@@ -465,7 +465,9 @@ def test_frontier_prefetcher_checks_ids_keys_and_indptr_pairs(config_name, wide,
     keys = [spec_rng.node_key(hop_key, v) for v in frontier]
     assert nodes == [(v, v < num_nodes, key ^ (key >> 16)) for v, key in zip(frontier, keys, strict=True)], seed
     in_range = [v for v in frontier if v < num_nodes]
-    assert pairs == [(int(indptr[v]), int(indptr[v + 1]), 0) for v in in_range]
+    # (the first edge's storage address: indices_base + indptr[v] x the id size)
+    assert pairs == [(indices_base + int(indptr[v]) * size, int(indptr[v + 1]), int(indptr[v + 1] - indptr[v]), 0)
+                     for v in in_range]
     expected_reads = []
     for v in in_range:
         start = indptr_base + 8 * v
@@ -594,7 +596,8 @@ def _run_sequencer(descriptor: bytes, header: dict[int, int], frontier_degrees, 
 
     async def prefetcher(ctx):
         """Offers the hop's nodes and pairs in frontier order (node v = index, edges from 10 x v), each
-        pair with its sample count min(degree, k) for the hop's fanout k, as the prefetcher queues it."""
+        pair with its first edge's storage address (from the sequencer's ``indices_base`` and id
+        width) and its sample count min(degree, k) for the hop's fanout k, as the prefetcher queues it."""
         taken = 0
         while True:
             if ctx.get(dut.prefetch.prefetcher) and not hop_keys:
@@ -603,7 +606,8 @@ def _run_sequencer(descriptor: bytes, header: dict[int, int], frontier_degrees, 
                 v = taken
                 ctx.set(dut.nodes.payload, {"node": v, "in_range": 1, "error": 0, "address": 0,
                                             "shifted_key": 1000 + v})
-                ctx.set(dut.pairs.payload, {"start": 10 * v, "end": 10 * v + frontier_degrees[v],
+                edge_address = ctx.get(dut.indices_base) + (8 if ctx.get(dut.wide_ids) else 4) * 10 * v
+                ctx.set(dut.pairs.payload, {"edge_address": edge_address, "end": 10 * v + frontier_degrees[v],
                                             "degree": frontier_degrees[v],
                                             "count": min(frontier_degrees[v], ctx.get(dut.fanout)),
                                             "error": 0, "address": 0})

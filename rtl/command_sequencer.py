@@ -51,8 +51,8 @@ from .rng import MIX32_LATENCY, mix32_pipelined
 from .tagged_read_stream import ReadPortSignature
 from .write_combiner import AppendWord
 
-__all__ = ["CommandSequencer", "IMAGE_WORDS", "SUPPORTED_FLAGS", "OutputBuffers", "SAMPLING_BUS_PORTS",
-           "bus_switch_copies", "BUS_SWITCH_GROUP", "PrefetchOwners"]
+__all__ = ["CommandSequencer", "IMAGE_WORDS", "SUPPORTED_FLAGS", "OutputBuffers", "bus_switch_copies",
+           "BUS_SWITCH_GROUP", "PrefetchOwners"]
 
 #: Descriptor flags this build executes: AGGREGATE (docs/spec.md section 4, the feature aggregator).
 SUPPORTED_FLAGS = int(Flags.AGGREGATE)
@@ -70,22 +70,16 @@ BUS_SWITCH_GROUP = 48
 WALK_GROUP = 32
 
 
-#: The sampling engines on the two buses the aggregator borrows (the storage read engine; device
-#: memory's read engine and write combiner): a copy of ``aggregating`` each gates its incoming
-#: handshakes.
-SAMPLING_BUS_PORTS = 3
-
-
 def bus_switch_copies(config: KernelConfig) -> int:
     """Copies of the sequencer's ``aggregating`` flag the kernel's bus switch uses: one for the
-    aggregator's incoming handshakes on each bus (storage, device memory), one for each sampling
-    engine's (:data:`SAMPLING_BUS_PORTS`), and one per :data:`BUS_SWITCH_GROUP` bits of the two
-    buses' outgoing signals (the storage master's read channels, device memory's read and write
-    channels)."""
+    aggregator's incoming handshakes on each bus (storage, device memory), one for the sampling
+    engines', and one per
+    :data:`BUS_SWITCH_GROUP` bits of the two buses' outgoing signals (the storage master's read
+    channels, device memory's read and write channels)."""
     outgoing = sum(Shape.cast(member.shape).width
                    for signature in (AxiReadSignature(config.data_width), AxiSignature(config.data_width))
                    for member in signature.members.values() if member.flow == Out)
-    return 2 + SAMPLING_BUS_PORTS + -(-outgoing // BUS_SWITCH_GROUP)
+    return 3 + -(-outgoing // BUS_SWITCH_GROUP)
 
 
 class CommandSequencer(KernelBlock):

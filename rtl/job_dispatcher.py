@@ -9,15 +9,12 @@ from amaranth.lib.wiring import In, Out
 from .free_slot_fifo import FreeSlotFIFO
 from .stream_buffer import StreamBuffer
 
-__all__ = ["JobDispatcher", "JOBS_PER_LANE", "QUEUE_SLICE", "node_job_layout", "lane_job_layout"]
+__all__ = ["JobDispatcher", "JOBS_PER_LANE", "node_job_layout", "lane_job_layout"]
 
 #: Jobs a lane's queue holds before its edge streamer takes them. The sequencer hands out one node
 #: per cycle, about the lanes' pace on a two-hop batch: deeper queues let it go on while a lane
 #: waits for a sampler (the default build's cycle-count test: 3,341 cycles with 4, 3,334 with 8).
 JOBS_PER_LANE = 8
-#: Bits of a lane's queued job per copy of the queue's pointers (:class:`FreeSlotFIFO`'s
-#: ``pointer_copies``): 16 LUT-RAM cells of four bits each per pointer bit on the ECP5 proxy.
-QUEUE_SLICE = 64
 
 
 def node_job_layout(max_fanout: int) -> data.StructLayout:
@@ -101,12 +98,9 @@ class JobDispatcher(wiring.Component):
                      queued.dense.eq(job.payload.degree == job.payload.count)]
         queues = []
         for lane in range(lanes):
-            # (a copy of the queue's pointers per QUEUE_SLICE bits of the job: on the ECP5 proxy one
-            # write address reached all ~66 LUT-RAM cells of a queue, 9.6 ns of routing)
-            width = queued.shape().size
-            queue = FreeSlotFIFO(width=width, depth=JOBS_PER_LANE, pointer_copies=-(-width // QUEUE_SLICE))
-            m.submodules[f"jobs{lane}"] = queue
-            m.d.comb += [queue.w_data.eq(queued), queue.clear.eq(self.clear)]
+            queue = FreeSlotFIFO(width=queued.shape().size, depth=JOBS_PER_LANE)
+            m.submodules[f"jobs{lane}"] = ResetInserter(self.clear)(queue)
+            m.d.comb += queue.w_data.eq(queued)
             queues.append(queue)
 
         # the lane after the last one served that has room

@@ -42,7 +42,7 @@ from amaranth.lib.wiring import In, Out
 from smartsage.spec.config import KernelConfig
 
 from .axi import AxiLiteSignature, AxiReadSignature, AxiSignature
-from .command_sequencer import BUS_SWITCH_GROUP, IMAGE_WORDS, SAMPLING_BUS_PORTS, SUPPORTED_FLAGS, CommandSequencer
+from .command_sequencer import BUS_SWITCH_GROUP, IMAGE_WORDS, SUPPORTED_FLAGS, CommandSequencer
 from .control import CONTROL_ADDRESS_WIDTH, ControlRegisters
 from .edge_streamer import SAMPLERS_PER_LANE, EdgeStreamer, ids_tag_shape
 from .feature_aggregator import FeatureAggregator
@@ -298,13 +298,11 @@ class SamplerKernel(wiring.Component):
         ]
         # (each copy of the sequencer's ``aggregating`` flag drives one group of the switch below:
         # the aggregator's incoming handshakes on the storage bus (its row reader's) and on device
-        # memory (its id reader's and writer's), each sampling engine's, and BUS_SWITCH_GROUP bits
-        # of the outgoing signals each; one copy for both of the aggregator's buses ran across it
-        # into the row reader's cursor, 9.4 ns on the ECP5 proxy, and one for the three sampling
-        # engines into the read engine's cursor and the combiner's, 7.5-7.9 ns)
+        # memory (its id reader's and writer's), the sampling engines', and BUS_SWITCH_GROUP bits of
+        # the outgoing signals each; one copy for both of the aggregator's buses ran across it into
+        # the row reader's cursor, 9.4 ns on the ECP5 proxy)
         switch = sequencer.aggregating
-        storage_side, mem_side, *copies = (switch[i] for i in range(switch.shape().length))
-        sampler_sides, outgoing_copies = copies[:SAMPLING_BUS_PORTS], copies[SAMPLING_BUS_PORTS:]
+        storage_side, mem_side, sampler_side, *outgoing_copies = (switch[i] for i in range(switch.shape().length))
 
         # ---- the buses, while the aggregator runs: its engines instead of the sampler's (overriding
         # the connections above); otherwise its engines see an idle bus. Only the handshakes coming
@@ -313,12 +311,9 @@ class SamplerKernel(wiring.Component):
         # both read-data buses (on the ECP5 proxy that net, into the prefetcher's pair stage and the
         # descriptor words, was the whole kernel's critical path: 12.7 ns, 79.0 MHz)
         outgoing = []   # (the bus's signal, the aggregator's) of every outgoing member
-        sampling_ports = ((storage.bus,), (mem.bus, combiner.bus))
-        assert sum(map(len, sampling_ports)) == SAMPLING_BUS_PORTS
-        sampler_side = iter(sampler_sides)
         for ours, theirs, samplers, aggregator_side in (
-                (self.m_axi_storage, aggregator.storage, sampling_ports[0], storage_side),
-                (self.m_axi_mem, aggregator.mem, sampling_ports[1], mem_side)):
+                (self.m_axi_storage, aggregator.storage, (storage.bus,), storage_side),
+                (self.m_axi_mem, aggregator.mem, (mem.bus, combiner.bus), mem_side)):
             for name, member in theirs.signature.members.items():
                 if member.flow == In:
                     value = getattr(ours, name)
@@ -326,8 +321,8 @@ class SamplerKernel(wiring.Component):
                                                          else value)
                 else:
                     outgoing.append((getattr(ours, name), getattr(theirs, name)))
-            for port in samplers:
-                with m.If(next(sampler_side)):
+            with m.If(sampler_side):
+                for port in samplers:
                     for name, member in port.signature.members.items():
                         if member.flow == In and name in _HANDSHAKES_IN:
                             m.d.comb += getattr(port, name).eq(0)

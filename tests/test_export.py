@@ -192,12 +192,6 @@ def test_each_block_resets_from_its_own_copy_of_the_kernel_reset(exported, proxy
     flag_copies = [f"{flag}{i}_ff" for flag, count in flags.items() for i in range(count)]
     # and the prefetcher's id width for the pairs' edge addresses
     flag_copies += ["wide_edges0_ff"]
-    # and the pointers of each lane's job queue, a copy per slice of the job (rtl/job_dispatcher.py)
-    from smartsage.rtl.job_dispatcher import JOBS_PER_LANE, QUEUE_SLICE, lane_job_layout
-
-    slices = -(-lane_job_layout(CONFIG.max_fanout).size // QUEUE_SLICE)
-    flag_copies += [f"{pointer}{i}_{bit}_ff" for _ in range(CONFIG.lanes) for pointer in ("w_ptr", "r_ptr")
-                    for i in range(slices) for bit in range(JOBS_PER_LANE.bit_length())]
     # and each lane collector's error flag: one for its handshakes, one for ``failed``
     flag_copies += [f"error{i}_ff" for _ in range(CONFIG.lanes) for i in range(2)]
     # and each lane collector's ``first`` flag (one for the append's address) and each sampler's

@@ -46,7 +46,7 @@ from .kernel_block import KernelBlock, check_kernel_config
 from .multiply import split_accumulate
 from .node_list_collector import id_offset
 from .ping_pong_buffer import PingPongBuffer
-from .register_copies import lut_copies, register_copies
+from .register_copies import and_copies, register_copies
 from .rng import MIX32_LATENCY, mix32_pipelined
 from .tagged_read_stream import ReadPortSignature
 from .write_combiner import AppendWord
@@ -494,13 +494,10 @@ class CommandSequencer(KernelBlock):
         # read pointers and enables none of their ~430 payload flip-flops
         # (a node's "usable" bit, in range and read, and a pair's "no samples" bit, count == 0, are
         # worked out on their way into the buffers: FRONTIER's decision reads bits, not the fields)
-        # (each buffer also gives its head's valid AND that bit as a flip-flop, ``o_flag``: the decision
-        # reads them, not the read pointers' multiplexers: the pair buffer's read pointer -> the
-        # decision -> the walk's registers was 7.4-8.2 ns, five levels, on the ECP5 proxy)
         head_node = data.StructLayout({"node": FrontierNode, "usable": 1})
-        m.submodules.nodes_head = nodes_head = PingPongBuffer(head_node, head_flag=lambda head: head.usable)
+        m.submodules.nodes_head = nodes_head = PingPongBuffer(head_node)
         head_pair = data.StructLayout({"pair": IndptrPair, "none": 1})
-        m.submodules.pairs_head = pairs_head = PingPongBuffer(head_pair, head_flag=lambda head: ~head.pair.error)
+        m.submodules.pairs_head = pairs_head = PingPongBuffer(head_pair)
         m.d.comb += [nodes_head.clear.eq(self.clear_jobs), pairs_head.clear.eq(self.clear_jobs)]
         m.d.comb += [nodes_head.i.valid.eq(self.nodes.valid), self.nodes.ready.eq(nodes_head.i.ready),
                      nodes_head.i.payload.node.eq(self.nodes.payload),
@@ -547,11 +544,9 @@ class CommandSequencer(KernelBlock):
         # the pair's bit; the job's valid, off that path, the count itself: what the write-bounds
         # proof sees of a job
         handing = Signal()
-        walk_open = Signal()    # all of the decision but the pair's bit (a LUT4 of flip-flops)
-        m.d.comb += [walk_open.eq(prefetching & ~frontier_end & nodes_head.o_flag & room),
-                     handing.eq(walk_open & pairs_head.o_flag)]
-        dispatchable = Signal()
-        m.d.comb += dispatchable.eq(self.job.ready | no_samples)
+        m.d.comb += handing.eq(prefetching & ~frontier_end & nodes_in.valid & nodes_in.payload.usable
+                               & pairs_in.valid & ~pair.error & room)
+        dispatchable = self.job.ready | no_samples
         # the count's field, whatever is decided (its valid is the decision's; the other states'
         # fields override the payload)
         m.d.comb += [fields_out.payload.address.eq(count_address), fields_out.payload.data.eq(count),
@@ -562,15 +557,13 @@ class CommandSequencer(KernelBlock):
         # are worked out from registers (the walk's and the pair buffer's count) beside the decision,
         # which meets them at the last LUT (``take`` into the addends put its LUTs in front of four
         # 64-bit carry chains: 9.25 ns from the pair buffer on the ECP5 proxy)
-        # ``take``'s last AND is copied per 32 of these ~260 registers (``lut_copies``: LUT4 instances
+        # ``take``'s last AND is copied per 32 of these ~260 registers (``and_copies``: LUT4 instances
         # on the ECP5 proxy), so no one net of the decision reaches them all (the pair buffer's
         # read pointer -> the decision -> ``written``'s enables was 9.55 ns on the proxy)
-        # (the copies are LUT4s of the decision's four parts, each one LUT from flip-flops)
         dispatched = dispatchable & fields_out.ready
         walk = [(written, written + count), (nodes_room, nodes_room - count),
                 (frontier_index, frontier_index + 1), (count_address, count_address + 4)]
-        walk_takes = iter(lut_copies(m, platform, "walk_take", lambda a, b, c, d: a & b & c & d,
-                                     [walk_open, pairs_head.o_flag, dispatchable, fields_out.ready],
+        walk_takes = iter(and_copies(m, platform, "walk_take", handing, dispatched,
                                      sum(-(-len(register) // WALK_GROUP) for register, _ in walk) + 1))
         for register, stepped in walk:
             m.d.sync += register.eq(Cat(Mux(next(walk_takes), stepped[bit:bit + WALK_GROUP],

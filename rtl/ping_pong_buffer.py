@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Module, Mux, Shape, Signal
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .register_copies import register_copies
@@ -33,8 +33,6 @@ class PingPongBuffer(wiring.Component):
     ----------
     shape : shape-like
         The payload's shape, as for :class:`StreamBuffer`.
-    head_flag : function, optional
-        A one-bit function of a payload (a view of ``shape``). Adds ``o_flag``.
 
     Members
     -------
@@ -42,21 +40,12 @@ class PingPongBuffer(wiring.Component):
         As :class:`StreamBuffer`'s.
     clear : ``In(1)``
         Empty the buffer (synchronous; the slots' contents are dropped).
-    o_flag : ``Out(1)`` (with ``head_flag``)
-        ``o.valid & head_flag(o.payload)`` as a flip-flop, worked out from the buffer's next state
-        (a consumer's decision that reads the head's valid and a bit of it reads one register
-        instead of the read pointer's multiplexer and the valid: the command sequencer's FRONTIER
-        hand-off, whose decision steps ~260 registers).
     """
 
-    def __init__(self, shape, head_flag=None):
+    def __init__(self, shape):
         self._shape = shape
-        self._head_flag = head_flag
-        members = {"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape)), "clear": In(1),
-                   "idle": Out(1)}
-        if head_flag is not None:
-            members |= {"o_flag": Out(1)}
-        super().__init__(members)
+        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape)),
+                          "clear": In(1), "idle": Out(1)})
 
     def elaborate(self, platform):
         m = Module()
@@ -70,26 +59,17 @@ class PingPongBuffer(wiring.Component):
         push = self.i.valid & self.i.ready
         pop = self.o.valid & self.o.ready
         m.d.comb += [self.i.ready.eq(~full), self.o.valid.eq(nonempty), self.idle.eq(~nonempty)]
-        loads = [Signal(name=f"slot{i}_loads") for i in range(2)]
         for index, slot in enumerate(slots):
             # a slot follows the input while it holds nothing; the next payload goes into the read
             # pointer's slot when the buffer is empty, else into the other one
-            m.d.comb += loads[index].eq(~Mux(read_slot == index, nonempty, full))
-            with m.If(loads[index]):
+            with m.If(~Mux(read_slot == index, nonempty, full)):
                 m.d.sync += slot.eq(self.i.payload)
         level = nonempty + full + push - pop
-        nonempty_next = Signal()
-        m.d.comb += nonempty_next.eq(~self.clear & (level != 0))
-        m.d.sync += [nonempty.eq(nonempty_next), full.eq(~self.clear & (level == 2))]
+        m.d.sync += [nonempty.eq(level != 0), full.eq(level == 2)]
         m.d.comb += read_slot_next.eq(Mux(self.clear, 0, read_slot ^ pop))
         m.d.sync += read_slot.eq(read_slot_next)
-        if self._head_flag is not None:
-            # the head's flag in the next cycle: of the slot the read pointer will name, as that
-            # slot will hold (the input's where it loads)
-            layout = isinstance(self._shape, data.Layout)
-            held = [self._head_flag(data.View(self._shape, slot) if layout else slot) for slot in slots]
-            flags_next = [Mux(loads[i], self._head_flag(self.i.payload), held[i]) for i in range(2)]
-            m.d.sync += self.o_flag.eq(nonempty_next & Mux(read_slot_next, flags_next[1], flags_next[0]))
+        with m.If(self.clear):
+            m.d.sync += [nonempty.eq(0), full.eq(0)]
         # the output multiplexer, a copy of the read pointer per group of bits
         selects = register_copies(m, platform, "read_slot", read_slot_next, -(-width // SELECT_GROUP))
         m.d.comb += self.o.payload.eq(Cat(

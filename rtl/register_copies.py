@@ -29,6 +29,7 @@ from amaranth.hdl import ClockSignal, Instance, Module, ResetSignal, Signal
 
 __all__ = ["trellis_register", "register_copies", "and_copies", "lut_copies"]
 
+
 def trellis_register(m: Module, name: str, d, init: int, reset) -> Signal:
     """A one-bit ``TRELLIS_FF`` instance named ``<name>_ff`` of the ``sync`` domain's clock: it loads
     ``d`` in every cycle, is set to ``init`` while ``reset`` (synchronous) is high, and powers up
@@ -73,13 +74,10 @@ def lut_copies(m: Module, platform, name: str, function, inputs, count: int) -> 
     if not 1 <= len(inputs) <= 4:
         raise ValueError(f"lut_copies: {name} takes one to four inputs, not {len(inputs)}")
     if getattr(platform, "family", None) == "ecp5":
-        init = 0
-        for index in range(16):
-            bits = [(index >> i) & 1 for i in range(len(inputs))]
-            if all((index >> i) & 1 == 0 for i in range(len(inputs), 4)) and function(*bits) & 1:
-                # the unused inputs are tied low: only their zero rows matter, the others copy them
-                for high in range(1 << (4 - len(inputs))):
-                    init |= 1 << (index | (high << len(inputs)))
+        # row ``index`` of the table is the function of its used inputs' bits (the unused inputs are
+        # tied low; their other rows repeat these)
+        init = sum(1 << index for index in range(16)
+                   if function(*((index >> i) & 1 for i in range(len(inputs)))) & 1)
         padded = [*inputs, *[0] * (4 - len(inputs))]
         pins = {f"i_{pin}": padded[i] for i, pin in enumerate("ABCD")}
         copies = [Signal(name=f"{name}{i}") for i in range(count)]

@@ -29,6 +29,8 @@ from .tagged_read_stream import ReadPortSignature
 
 __all__ = ["FrontierPrefetcher", "FrontierNode", "IndptrPair", "nodes_ahead"]
 
+#: A checked frontier entry: the id, whether it is below N, whether its read failed (at
+#: ``address``), and its RNG key H_v.
 #: A checked frontier entry: the id, whether it is in range, a read error, the id's address and its
 #: RNG key H_v after mix32's first xor-shift (``shifted_key``, ``H_v ^ (H_v >> 16)``: what a position
 #: sampler takes, :data:`~smartsage.rtl.position_sampler.PositionRequest`).
@@ -49,10 +51,9 @@ def nodes_ahead(config: KernelConfig) -> int:
 class FrontierPrefetcher(KernelBlock):
     """Reads a hop's frontier ahead, checks the ids, computes their keys and reads their indptr pairs.
 
-    A two-stage pipeline, one node per cycle: stage 0 takes a frontier id and compares its halves
-    with N, stage 1 (which reserves its indptr pair's place as the id enters) issues its indptr
-    read(s) and queues it; ids out of range or read in error pass through stage 1 without reads
-    (frontier order). Each id's key H_v comes from a
+    A two-stage pipeline, one node per cycle: stage 0 takes a frontier id (and reserves its indptr
+    pair's place), stage 1 issues its indptr read(s) and queues it; ids out of range or read in
+    error pass through stage 1 without reads (frontier order). Each id's key H_v comes from a
     free-running pipeline (two mix32 rounds) into a key FIFO beside the checked ids, after mix32's
     first xor-shift (an involution: the second round's last sum before its own last xor-shift).
 
@@ -171,28 +172,14 @@ class FrontierPrefetcher(KernelBlock):
         # (the high halves' equality as "neither below nor above", a third carry chain beside the two:
         # a 32-bit equality is a three-level LUT tree, and with it frontier_answers -> s1_in_range was
         # 7.65-8.78 ns, four LUT levels, in every run of the whole kernel's ECP5 proxy)
-        # (the four compares load stage 0's flip-flops, and stage 1 combines them as the id enters it:
-        # compares and combination in one cycle, frontier_answers -> s1_in_range, were 7.62-7.85 ns in
-        # every run of the whole kernel's ECP5 proxy since the twenty-fifth session)
-        s0_valid = Signal(name="s0_valid")
-        s0 = Signal(data.StructLayout({"node": 64, "error": 1, "address": 64, "odd_word": 1, "low_below": 1,
-                                       "high_below": 1, "high_above": 1, "odd_below": 1}),
-                    name="s0", reset_less=True)
-        s0_next = Signal.like(s0)
-        m.d.comb += [s0_next.node.eq(arriving_id), s0_next.error.eq(arriving.error),
-                     s0_next.address.eq(arriving.address), s0_next.odd_word.eq(arriving.address[2]),
-                     s0_next.low_below.eq(low_id < num_nodes[:32]),
-                     s0_next.high_below.eq(high_id < num_nodes[32:]),
-                     s0_next.high_above.eq(num_nodes[32:] < high_id),
-                     s0_next.odd_below.eq(high_id < num_nodes[:32])]
-        wide_below = s0.high_below | (~s0.high_above & s0.low_below)
-        narrow_below = Mux(s0.odd_word, s0.odd_below, s0.low_below)
-        in_range = ~s0.error & Mux(wide_ids, wide_below, num_nodes_high_any | narrow_below)
+        low_below = low_id < num_nodes[:32]
+        wide_below = (high_id < num_nodes[32:]) | (~(num_nodes[32:] < high_id) & low_below)
+        narrow_below = Mux(arriving.address[2], high_id < num_nodes[:32], low_below)
+        in_range = ~arriving.error & Mux(wide_ids, wide_below, num_nodes_high_any | narrow_below)
         # every id taken gets its key H_v from a free-running pipeline (the id registered, two mix32
         # rounds) into ``node_keys``, in frontier order beside ``nodes_ahead``; ids taken and not yet
-        # dispatched are at most ``ahead + 2`` (stages 0 and 1 and nodes_ahead), so the FIFO never
-        # overflows
-        node_keys = FreeSlotFIFO(width=32, depth=ahead + 3)
+        # dispatched are at most ``ahead + 1`` (stage 1 and nodes_ahead), so the FIFO never overflows
+        node_keys = FreeSlotFIFO(width=32, depth=ahead + 2)
         m.submodules.node_keys = ResetInserter(job_reset)(node_keys)
         key_id = Signal(64)
         key_valid = Signal(2 * MIX32_LATENCY + 1)   # a valid bit per stage
@@ -216,7 +203,7 @@ class FrontierPrefetcher(KernelBlock):
         with m.If(job_reset | finishing):
             m.d.sync += key_valid.eq(0)
         m.d.comb += [node_keys.w_en.eq(key_valid[-1]), node_keys.w_data.eq(key_shifted)]
-        # A place in the pairs FIFO is reserved for every id entering stage 1, and given back when its pair
+        # A place in the pairs FIFO is reserved for every id taken, and given back when its pair
         # leaves, or as stage 1 passes an id that is out of range or failed (it has no pair): so the
         # range check (a 64-bit compare behind the id's word select) feeds stage 1's register only,
         # not the reservation count (on the ECP5 proxy: 11.6 ns from the frontier's answer buffer)
@@ -263,25 +250,17 @@ class FrontierPrefetcher(KernelBlock):
         stage_free = ~s1_valid | s1_done
         room = reserve_room & stage_free
         # stage 1's payload loads whenever the stage is free (it is read only while ``s1_valid``):
-        # its ~130 enables are the stage's flag and its issue, not the answer's handshake; and so does
-        # stage 0's whenever it is free or its id moves on
-        advance = s0_valid & room
-        s0_free = ~s0_valid | advance
+        # its ~130 enables are the stage's flag and its issue, not the answer's handshake
         with m.If(stage_free):
-            m.d.sync += [s1_in_range.eq(in_range), s1_error.eq(s0.error), s1_address.eq(s0.address),
-                         prefetch_node.eq(s0.node)]
-        with m.If(advance):
-            m.d.comb += reserve.eq(1)
-            m.d.sync += [s1_valid.eq(1), s1_second.eq(0), s0_valid.eq(0)]
-        with m.If(s0_free):
-            m.d.sync += s0.eq(s0_next)
-        with m.If(prefetching & s0_free):
+            m.d.sync += [s1_in_range.eq(in_range), s1_error.eq(arriving.error), s1_address.eq(arriving.address),
+                         prefetch_node.eq(arriving_id)]
+        with m.If(prefetching & room):
             m.d.comb += mem.response.ready.eq(1)
             with m.If(mem.response.valid):
-                m.d.comb += key_taken.eq(1)
-                m.d.sync += s0_valid.eq(1)
+                m.d.comb += [reserve.eq(1), key_taken.eq(1)]
+                m.d.sync += [s1_valid.eq(1), s1_second.eq(0)]
         with m.If(job_reset | finishing):
-            m.d.sync += [s0_valid.eq(0), s1_valid.eq(0), s1_second.eq(0)]
+            m.d.sync += [s1_valid.eq(0), s1_second.eq(0)]
         # indptr answers pair up (start, end) and go, one cycle later with the degree and the sample
         # count min(degree, k) worked out in between (two short paths, not one), into the reserved
         # FIFO space: both from one beat, or from two answers

@@ -7,7 +7,6 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .free_slot_fifo import FreeSlotFIFO
-from .register_copies import register_copies
 from .stream_buffer import StreamBuffer
 
 __all__ = ["JobDispatcher", "JOBS_PER_LANE", "node_job_layout", "lane_job_layout"]
@@ -42,7 +41,7 @@ class JobDispatcher(wiring.Component):
     """Hands each job to a lane with room in its queue, starting after the lane that took the last.
 
     Every lane has a queue of :data:`JOBS_PER_LANE` jobs. Jobs enter through a two-entry buffer
-    (:class:`~smartsage.rtl.stream_buffer.StreamBuffer`): ``job.ready`` is a copy of its ready flip-flop and
+    (:class:`~smartsage.rtl.stream_buffer.StreamBuffer`): ``job.ready`` is one of its flip-flops and
     does not depend on ``job.valid`` (the sequencer writes the node's count in the cycle its job is
     taken, so it looks at ``job.ready`` before it offers the count), and the queues' write enables
     start at the buffer, not at the sequencer's decision (on the ECP5 proxy that decision ran through
@@ -92,14 +91,7 @@ class JobDispatcher(wiring.Component):
         lanes = self._lanes
         layout = node_job_layout(self._max_fanout)
         m.submodules.intake = intake = ResetInserter(self.clear)(StreamBuffer(layout))
-        # ``job.ready`` is a copy of the buffer's ready flip-flop (emptied with the buffer: ready after
-        # a clear), so that the sequencer's walk, which reads it, has a net of its own: the buffer's
-        # flip-flop also enables its ~260 skid registers and picks its head's inputs, and from it
-        # the walk's paths (``count_address``, ``written``, the pair head's read slots) were
-        # 7.4-8.5 ns on the ECP5 proxy
-        job_ready = register_copies(m, platform, "intake_ready", intake.ready_next | self.clear, 1, init=1)[0]
-        m.d.comb += [intake.i.valid.eq(self.job.valid), intake.i.payload.eq(self.job.payload),
-                     self.job.ready.eq(job_ready)]
+        wiring.connect(m, wiring.flipped(self.job), intake.i)
         job = intake.o
         queued = Signal(lane_job_layout(self._max_fanout))
         m.d.comb += [*(getattr(queued, name).eq(getattr(job.payload, name)) for name, _ in layout),

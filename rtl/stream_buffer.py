@@ -34,16 +34,12 @@ class StreamBuffer(wiring.Component):
         What ``o.payload`` shows in the next cycle if the head leaves now (or is empty): the skid's
         payload, else the input's. For a consumer that works out, a cycle ahead, something of the
         record it will hold.
-    ready_next : ``Out(1)``
-        What ``i.ready`` shows in the next cycle: for a copy of it in a register of the producer's
-        (``i.ready``'s flip-flop also drives the skid register's enables and the head's input
-        multiplexers, so its net spans the buffer).
     """
 
     def __init__(self, shape):
         self._shape = shape
         super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape)), "idle": Out(1),
-                          "next_head": Out(shape), "ready_next": Out(1)})
+                          "next_head": Out(shape)})
 
     def elaborate(self, platform):
         m = Module()
@@ -57,15 +53,12 @@ class StreamBuffer(wiring.Component):
             self.o.payload.eq(head), self.o.valid.eq(head_valid), self.i.ready.eq(~skid_valid),
             self.idle.eq(~head_valid), self.next_head.eq(Mux(skid_valid, skid, self.i.payload)),
         ]
-        skid_valid_next = Signal()
-        m.d.comb += [skid_valid_next.eq(skid_valid), self.ready_next.eq(~skid_valid_next)]
-        m.d.sync += skid_valid.eq(skid_valid_next)
         with m.If(~head_valid | self.o.ready):
             # the head is free (or leaves): the skid's payload first, else the input's
-            m.d.sync += [head.eq(self.next_head), head_valid.eq(skid_valid | self.i.valid)]
-            m.d.comb += skid_valid_next.eq(0)
+            m.d.sync += [head.eq(self.next_head), head_valid.eq(skid_valid | self.i.valid),
+                         skid_valid.eq(0)]
         with m.Elif(self.i.valid & ~skid_valid):
-            m.d.comb += skid_valid_next.eq(1)
+            m.d.sync += skid_valid.eq(1)
         # the skid register follows the input while it is empty (it is read only once skid_valid is
         # set, and then holds), so its enable is one flip-flop, not the producer's valid
         with m.If(~skid_valid):

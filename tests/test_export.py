@@ -190,8 +190,8 @@ def test_each_block_resets_from_its_own_copy_of_the_kernel_reset(exported, proxy
     flags = {"aggregating": bus_switch_copies(CONFIG), "prefetch": len(PrefetchOwners.members),
              "abandon": CONFIG.lanes + 1, "wide_ids": 2}
     flag_copies = [f"{flag}{i}_ff" for flag, count in flags.items() for i in range(count)]
-    # and the prefetcher's id width for the pairs' edge addresses, and the dispatcher's intake ready
-    flag_copies += ["wide_edges0_ff", "intake_ready0_ff"]
+    # and the prefetcher's id width for the pairs' edge addresses
+    flag_copies += ["wide_edges0_ff"]
     # and each lane collector's error flag: one for its handshakes, one for ``failed``
     flag_copies += [f"error{i}_ff" for _ in range(CONFIG.lanes) for i in range(2)]
     # and each lane collector's ``first`` flag (one for the append's address) and each sampler's

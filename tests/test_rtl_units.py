@@ -263,8 +263,7 @@ def test_stream_buffer_keeps_order_and_full_rate(stall, buffer):
     """Every payload comes out once, in order; with a consumer that never stalls it runs one per
     cycle after one cycle of latency; ``i.ready`` and ``o.valid`` are registers (they do not follow
     ``o.ready`` or ``i.valid`` in the same cycle); the stream buffer's ``next_head`` is the payload it
-    shows after a cycle where its head left or was empty, and its ``ready_next`` the ``i.ready`` it
-    shows in the next cycle. The ping-pong buffer's payload is wider than one
+    shows after a cycle where its head left or was empty. The ping-pong buffer's payload is wider than one
     group of its output multiplexer (two groups, each with its copy of the read pointer on the proxy)."""
     seed = _seed()
     rng = random.Random(seed)
@@ -287,22 +286,15 @@ def test_stream_buffer_keeps_order_and_full_rate(stall, buffer):
                 await ctx.tick()
 
     following = []   # (the StreamBuffer's) next_head where the head left or was empty, and what came next
-    readies = []     # (the StreamBuffer's) ready_next, and the i.ready of the cycle after
 
     async def monitor(ctx):
         cycle = 0
         loads = None
-        said_ready = None
-        streamed = (dut.next_head, dut.ready_next, dut.i.ready) if buffer is StreamBuffer else ()
-        signals = (dut.o.valid, dut.o.ready, dut.o.payload) + streamed
-        async for _, _, o_valid, o_ready, payload, *ahead in ctx.tick().sample(*signals):
+        signals = (dut.o.valid, dut.o.ready, dut.o.payload) + ((dut.next_head,) if buffer is StreamBuffer else ())
+        async for _, _, o_valid, o_ready, payload, *next_head in ctx.tick().sample(*signals):
             if loads is not None and o_valid:
                 following.append((loads, payload))
-            if ahead:
-                if said_ready is not None:
-                    readies.append((said_ready, ahead[2]))
-                said_ready = ahead[1]
-            loads = ahead[0] if ahead and (not o_valid or o_ready) else None
+            loads = next_head[0] if next_head and (not o_valid or o_ready) else None
             if o_valid and o_ready:
                 received.append(payload)
                 out_cycles.append(cycle)
@@ -336,9 +328,6 @@ def test_stream_buffer_keeps_order_and_full_rate(stall, buffer):
         assert out_cycles == list(range(out_cycles[0], out_cycles[0] + len(sent)))
     if buffer is StreamBuffer:   # what it said would come next came next
         assert len(following) > len(sent) // 2 and all(said == came for said, came in following), seed
-        assert len(readies) > len(sent) and all(said == came for said, came in readies), seed
-        if stall:   # a full buffer was seen, and said
-            assert (0, 0) in readies, seed
 
 
 def test_ping_pong_buffer_clear_drops_what_it_holds():

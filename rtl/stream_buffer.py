@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Shape, Signal, Value
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .register_copies import lut_copies
-
-__all__ = ["StreamBuffer", "HEAD_LOAD_GROUP"]
-
-#: Head flip-flops per copy of the head's load enable (``~head_valid | o.ready``) on the ECP5 proxy.
-HEAD_LOAD_GROUP = 32
+__all__ = ["StreamBuffer"]
 
 
 class StreamBuffer(wiring.Component):
@@ -58,16 +53,10 @@ class StreamBuffer(wiring.Component):
             self.o.payload.eq(head), self.o.valid.eq(head_valid), self.i.ready.eq(~skid_valid),
             self.idle.eq(~head_valid), self.next_head.eq(Mux(skid_valid, skid, self.i.payload)),
         ]
-        width = Shape.cast(self._shape).width
-        groups = [(bit, min(bit + HEAD_LOAD_GROUP, width)) for bit in range(0, width, HEAD_LOAD_GROUP)] or [(0, 0)]
-        loads = lut_copies(m, platform, "head_load", lambda valid, ready: ~valid | ready,
-                           [head_valid, self.o.ready], len(groups))
-        for (low, high), load in zip(groups, loads, strict=True):
-            with m.If(load):
-                m.d.sync += Value.cast(head)[low:high].eq(Value.cast(self.next_head)[low:high])
         with m.If(~head_valid | self.o.ready):
             # the head is free (or leaves): the skid's payload first, else the input's
-            m.d.sync += [head_valid.eq(skid_valid | self.i.valid), skid_valid.eq(0)]
+            m.d.sync += [head.eq(self.next_head), head_valid.eq(skid_valid | self.i.valid),
+                         skid_valid.eq(0)]
         with m.Elif(self.i.valid & ~skid_valid):
             m.d.sync += skid_valid.eq(1)
         # the skid register follows the input while it is empty (it is read only once skid_valid is

@@ -23,6 +23,7 @@ import os
 import pathlib
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -520,7 +521,10 @@ def _plural(count: int, noun: str) -> str:
 
 
 def seed_summary(reports: list[TimingReport]) -> str:
-    """One line on a sweep of one build: Fmax per run, and the mean, min and max over all runs.
+    """One line on a sweep of one build: Fmax per run, and the mean, sample standard deviation (with two
+    runs or more), min and max over all runs. Two designs' means differ beyond their placement
+    spread only when the difference exceeds about twice ``sqrt(sd_a**2 / n_a + sd_b**2 / n_b)``
+    (docs/synthesis.md: one design's runs spread by 14-20 MHz with the netlist's names).
 
     A run is named by its seed, and by its salt too when any run's salt is not 0 (a sweep of salt 0 alone
     reads as it did before salts)."""
@@ -534,7 +538,8 @@ def seed_summary(reports: list[TimingReport]) -> str:
         over = f"{_plural(len(fmax), 'run')} ({_plural(salts, 'salt')}{grid}{_plural(seeds, 'seed')})"
     else:
         over = _plural(len(fmax), "seed")
-    line = (f"{reports[0].config}: {per_run}; mean {sum(fmax) / len(fmax):.2f}, min {min(fmax):.2f}, "
+    spread = f" (sd {statistics.stdev(fmax):.2f})" if len(fmax) > 1 else ""
+    line = (f"{reports[0].config}: {per_run}; mean {sum(fmax) / len(fmax):.2f}{spread}, min {min(fmax):.2f}, "
             f"max {max(fmax):.2f} MHz over {over}")
     if None not in failing:
         line += (f"; endpoints missing {reports[0].target_mhz:g} MHz: {', '.join(map(str, failing))} "

@@ -170,8 +170,8 @@ def test_report_gives_each_seed_and_their_mean():
                "timing": [_report("small", 1, 120.0), _report("small", 2, 110.0), _report("small", 3, 115.5)]}
     text = synth.report_markdown(results)
     assert "| small (seed 2) | 110.0 |" in text and "| small (seed 3) | 115.5 |" in text
-    assert ("small: 120.00 (seed 1), 110.00 (seed 2), 115.50 (seed 3); mean 115.17, min 110.00, max 120.00 MHz "
-            "over 3 seeds") in text
+    assert ("small: 120.00 (seed 1), 110.00 (seed 2), 115.50 (seed 3); mean 115.17 (sd 5.01), "
+            "min 110.00, max 120.00 MHz over 3 seeds") in text
     # one seed: the table as before, no sweep line
     single = synth.report_markdown({**results, "timing": [_report("small", 1, 120.0)]})
     assert "| small | 120.0 |" in single and "mean" not in single
@@ -261,7 +261,7 @@ def test_run_synth_sweeps_each_timing_config_on_the_seeds(tmp_path, monkeypatch)
     results = synth.run_synth(tmp_path, configs=(), timing_configs=("small",), seeds=(1, 2), salts=(0, 2))
     assert calls[-1] == ("small", (1, 2), (0, 2))
     assert [(t.salt, t.seed) for t in results["timing"]] == [(0, 1), (0, 2), (2, 1), (2, 2)]
-    assert "mean 102.50, min 101.00, max 104.00 MHz over 4 runs (2 salts x 2 seeds)" in \
+    assert "mean 102.50 (sd 1.29), min 101.00, max 104.00 MHz over 4 runs (2 salts x 2 seeds)" in \
         (tmp_path / "report.md").read_text()
     with pytest.raises(ValueError, match="Name salts repeat"):
         synth.run_synth(tmp_path, configs=(), timing_configs=("small",), salts=(1, 1))
@@ -387,10 +387,12 @@ def test_report_names_each_salt_and_the_mean_over_salts_and_seeds():
     assert synth.seed_summary(runs) == (
         "small: 101.00 (seed 1, salt 0), 102.00 (seed 2, salt 0), 103.00 (seed 3, salt 0), "
         "121.00 (seed 1, salt 2), 122.00 (seed 2, salt 2), 123.00 (seed 3, salt 2); "
-        "mean 112.00, min 101.00, max 123.00 MHz over 6 runs (2 salts x 3 seeds)")
+        "mean 112.00 (sd 10.99), min 101.00, max 123.00 MHz over 6 runs (2 salts x 3 seeds)")
     # salt 0 alone reads as before salts
-    assert synth.seed_summary(runs[:2]).endswith("(seed 2); mean 101.50, min 101.00, max 102.00 MHz over 2 seeds")
-    assert synth.seed_summary([_report("small", 1, 110.0, 4)]).endswith("over 1 run (1 salt x 1 seed)")
+    assert synth.seed_summary(runs[:2]).endswith(
+        "(seed 2); mean 101.50 (sd 0.71), min 101.00, max 102.00 MHz over 2 seeds")
+    assert synth.seed_summary([_report("small", 1, 110.0, 4)]).endswith(
+        "(seed 1, salt 4); mean 110.00, min 110.00, max 110.00 MHz over 1 run (1 salt x 1 seed)")
     text = synth.report_markdown({"lint": {}, "resources": [], "unfit": {}, "timing": runs})
     assert "| small (seed 1, salt 0) | 101.0 |" in text and "| small (seed 3, salt 2) | 123.0 |" in text
     assert "Placement seeds and name salts: small: 101.00 (seed 1, salt 0)" in text

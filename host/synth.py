@@ -382,6 +382,8 @@ class TimingReport:
     #: Endpoint register groups (a bus counts once) whose worst path misses the target
     #: (``host.timing_paths.worst_paths``); None where not worked out.
     failing_endpoints: int | None = None
+    #: The salt's netlist up to its names (:func:`netlist_digest`); None where not worked out.
+    netlist: str | None = None
 
     @property
     def meets_target(self) -> bool:
@@ -490,6 +492,23 @@ def timing_ecp5_seeds(config: KernelConfig, out_dir: str | os.PathLike, seeds=(1
                        timeout, KERNEL_PLACER, jobs, salts)
 
 
+def netlist_digest(ecp5_json: str | os.PathLike, salt: int) -> str:
+    """A digest of ``synth_ecp5``'s netlist of the harness at ``salt`` that is the same for two salts
+    exactly when their netlists are the same up to the instance's name: the instance's name is
+    replaced where it starts a name (``"kernel_sss.lane0...``, ``"kernel_sss lane0`` in ``hdlname``)
+    and the ``src`` attributes (source columns, which move with the name's length) are left out.
+
+    Salts are meant to give netlists of their own, and did in the twenty-fourth session, but the
+    design of the twenty-ninth (``adad7fe``) synthesizes to one netlist at salts 1, 2 and 3 (another
+    at 0; docs/synthesis.md): a sweep counts its distinct netlists with this (:func:`seed_summary`)."""
+    import hashlib
+
+    text = pathlib.Path(ecp5_json).read_text()
+    text = re.sub(r'^\s*"src": "[^"]*",?\n', "", text, flags=re.M)
+    text = re.sub('"' + re.escape(harness_instance(salt)) + r"([. ])", r'"@\1', text)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def _seed_sweep(harness, name, out_dir, seeds, target_mhz, timeout, placer, jobs, salts=(0,)) -> list[TimingReport]:
     """Synthesize ``harness(salt)`` (a function returning the harness Module and its ports) once per salt,
     place and route each netlist once per seed, in :func:`sweep_dirs`' layout; the reports, salt by salt
@@ -509,11 +528,13 @@ def _seed_sweep(harness, name, out_dir, seeds, target_mhz, timeout, placer, jobs
             _write_harness(*harness(salt), synth_dir)
             netlists[salt] = synth_dir, pool.submit(_synth_ecp5, synth_dir, timeout)
         routed = []
+        digests = {}
         for salt, (synth_dir, synthesis) in netlists.items():
             synth_seconds = synthesis.result()
+            digests[salt] = netlist_digest(synth_dir / "ecp5.json", salt)
             routed += [(salt, pool.submit(_place_route, synth_dir, runs[salt, seed][1], name, target_mhz, seed,
                                           timeout, placer, synth_seconds)) for seed in seeds]
-        return [dataclasses.replace(run.result(), salt=salt) for salt, run in routed]
+        return [dataclasses.replace(run.result(), salt=salt, netlist=digests[salt]) for salt, run in routed]
 
 
 def _plural(count: int, noun: str) -> str:
@@ -527,7 +548,9 @@ def seed_summary(reports: list[TimingReport]) -> str:
     (docs/synthesis.md: one design's runs spread by 14-20 MHz with the netlist's names).
 
     A run is named by its seed, and by its salt too when any run's salt is not 0 (a sweep of salt 0 alone
-    reads as it did before salts)."""
+    reads as it did before salts). When the runs' netlists are known (:func:`netlist_digest`) and some
+    salts gave the same one, the line says how many netlists the runs had: such runs differ by their
+    seed only, and the spread understates the design's."""
     fmax = [r.fmax_mhz for r in reports]
     failing = [r.failing_endpoints for r in reports]
     salted = any(r.salt for r in reports)
@@ -536,6 +559,14 @@ def seed_summary(reports: list[TimingReport]) -> str:
         salts, seeds = len({r.salt for r in reports}), len({r.seed for r in reports})
         grid = " x " if salts * seeds == len(reports) else ", "   # a full grid, as the sweeps run it
         over = f"{_plural(len(fmax), 'run')} ({_plural(salts, 'salt')}{grid}{_plural(seeds, 'seed')})"
+        digests = [r.netlist for r in reports]
+        if None not in digests and len(set(digests)) < salts:
+            alike = []
+            for digest in dict.fromkeys(digests):
+                shared = sorted({r.salt for r in reports if r.netlist == digest})
+                if len(shared) > 1:
+                    alike.append("salts " + ", ".join(map(str, shared)))
+            over = over[:-1] + f"; {_plural(len(set(digests)), 'netlist')}, {' and '.join(alike)} alike)"
     else:
         over = _plural(len(fmax), "seed")
     spread = f" (sd {statistics.stdev(fmax):.2f})" if len(fmax) > 1 else ""

@@ -3,6 +3,7 @@ the KU15P, and the nextpnr-ecp5 timing proxy (slow). Skips when a tool is missin
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -331,6 +332,9 @@ def test_salt_sweep_synthesizes_once_per_salt_and_places_each_seed(tmp_path, mon
     def synth_ecp5(out, timeout):
         assert (out / "timing_harness.v").exists()
         synthesized.append(out)
+        # a netlist of one cell under the salt's instance (the same logic at every salt)
+        instance = "kernel_sss" if out.name == "salt3" else "kernel"
+        (out / "ecp5.json").write_text(f'{{"modules": {{"timing_harness": {{"cells": {{"{instance}.x": {{}}}}}}}}}}')
         return 1.0
 
     def place_route(synth_dir, sub, name, target_mhz, seed, timeout, placer, synth_seconds):
@@ -347,6 +351,8 @@ def test_salt_sweep_synthesizes_once_per_salt_and_places_each_seed(tmp_path, mon
     assert sorted(routed) == sorted((block / f"salt{k}", f"seed{s}", s) for k in (0, 3) for s in (1, 2))
     assert [(r.salt, r.seed) for r in reports] == [(0, 1), (0, 2), (3, 1), (3, 2)]
     assert all(r.config == "small position_sampler" for r in reports)
+    # each run carries its salt's netlist digest: here one netlist up to the instance's name
+    assert len({r.netlist for r in reports}) == 1 and reports[0].netlist is not None
     salt0 = (block / "salt0" / "timing_harness.v").read_text()
     salt3 = (block / "salt3" / "timing_harness.v").read_text()
     assert "timing_harness.kernel  kernel (" in salt0 and "kernel_s" not in salt0
@@ -399,3 +405,34 @@ def test_report_names_each_salt_and_the_mean_over_salts_and_seeds():
     # one run on a salt other than 0: named
     single = synth.report_markdown({"lint": {}, "resources": [], "unfit": {}, "timing": [_report("small", 1, 99.0, 5)]})
     assert "| small (seed 1, salt 5) | 99.0 |" in single and "mean" not in single
+
+
+def test_netlist_digest_tells_salts_apart_only_where_their_netlists_differ(tmp_path):
+    """Two salts' netlists that differ only in the instance's name (and the source columns that move
+    with it) have one digest; a netlist with another cell, or another connection, has its own."""
+    def netlist(salt, cell="LUT4", bit=7):
+        name = synth.harness_instance(salt)
+        return (f'{{\n  "modules": {{\n    "timing_harness": {{\n      "cells": {{\n'
+                f'        "{name}.kernel.lane0.x_LUT4_Z": {{\n          "type": "{cell}",\n'
+                f'          "attributes": {{\n            "hdlname": "{name} kernel lane0 x",\n'
+                f'            "src": "timing_harness.v:88.{len(name) + 21}-122.4"\n          }},\n'
+                f'          "connections": {{ "Z": [ {bit} ] }}\n        }}\n      }}\n    }}\n  }}\n}}\n')
+    digests = {}
+    for key, text in {"0": netlist(0), "3": netlist(3), "cell": netlist(3, cell="LUT2"),
+                      "bit": netlist(3, bit=8)}.items():
+        (tmp_path / f"{key}.json").write_text(text)
+        digests[key] = synth.netlist_digest(tmp_path / f"{key}.json", 0 if key == "0" else 3)
+    assert digests["0"] == digests["3"]
+    assert len({digests["3"], digests["cell"], digests["bit"]}) == 3
+    # the salt's own name only: read as salt 2, salt 3's netlist keeps its instance name
+    assert synth.netlist_digest(tmp_path / "3.json", 2) != digests["3"]
+
+
+def test_seed_summary_says_which_salts_gave_one_netlist():
+    runs = [dataclasses.replace(_report("small", seed, 100.0 + salt + seed, salt), netlist=digest)
+            for salt, digest in ((0, "a"), (1, "b"), (2, "b"), (3, "b")) for seed in (1, 2)]
+    assert synth.seed_summary(runs).endswith("over 8 runs (4 salts x 2 seeds; 2 netlists, salts 1, 2, 3 alike)")
+    distinct = [dataclasses.replace(run, netlist=str(run.salt)) for run in runs]
+    assert synth.seed_summary(distinct).endswith("over 8 runs (4 salts x 2 seeds)")
+    unknown = [dataclasses.replace(run, netlist=None) for run in runs]
+    assert synth.seed_summary(unknown).endswith("over 8 runs (4 salts x 2 seeds)")

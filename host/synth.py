@@ -301,9 +301,11 @@ def harness_instance(salt: int = 0) -> str:
     and ``kernel_ss``, while every length gave another (``kernel_s1`` and ``kernel_s2`` also routed the
     whole kernel to the same MHz), so a salt changes the length. Renamed thus, the logic is the same
     and the figure moves as much as with nextpnr's ``--seed``: designs are ranked on the mean over
-    salts x seeds. :func:`_kernel_name` and :func:`smartsage.host.timing_paths.readable` strip the
-    salted prefix as they strip ``kernel.``, so reports of different salts name the same registers
-    alike and compare path by path.
+    salts x seeds. That held on the design of the twenty-fourth session; ``adad7fe``'s (twenty-ninth)
+    synthesizes to one netlist at salts 1, 2 and 3 (another at 0), so a sweep records each salt's
+    :func:`netlist_digest` and says which salts gave one netlist. :func:`_kernel_name` and
+    :func:`smartsage.host.timing_paths.readable` strip the salted prefix as they strip ``kernel.``, so
+    reports of different salts name the same registers alike and compare path by path.
 
     Raises
     ------

@@ -18,6 +18,7 @@ holds its tables. Tools that are missing raise :class:`ToolMissing` naming the t
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import pathlib
@@ -503,8 +504,6 @@ def netlist_digest(ecp5_json: str | os.PathLike, salt: int) -> str:
     Salts are meant to give netlists of their own, and did in the twenty-fourth session, but the
     design of the twenty-ninth (``adad7fe``) synthesizes to one netlist at salts 1, 2 and 3 (another
     at 0; docs/synthesis.md): a sweep counts its distinct netlists with this (:func:`seed_summary`)."""
-    import hashlib
-
     text = pathlib.Path(ecp5_json).read_text()
     text = re.sub(r'^\s*"src": "[^"]*",?\n', "", text, flags=re.M)
     text = re.sub('"' + re.escape(harness_instance(salt)) + r"([. ])", r'"@\1', text)

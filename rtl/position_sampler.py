@@ -9,6 +9,7 @@ from amaranth.lib.wiring import In, Out
 from smartsage.spec import rng as spec_rng
 from smartsage.spec.descriptor import SPEC_MAX_FANOUT
 
+from .delay_line import delay_line
 from .free_slot_fifo import FreeSlotFIFO
 from .register_copies import and_copies, register_copies
 from .rng import (
@@ -175,23 +176,31 @@ class PositionSampler(wiring.Component):
         valids = [Signal(name=f"d{i}_valid") for i in range(stages)]
         # (the data registers are reset-less: the valid bits qualify them, and the samplers' reset
         # net reaches the control registers only)
-        ns = [Signal(32, name=f"d{i}_n", reset_less=True) for i in range(stages)]
-        cs = [Signal(32, name=f"d{i}_c", reset_less=True) for i in range(stages)]
+        issue_n = Signal(32, name="d0_n", reset_less=True)
+        issue_c = Signal(32, name="d0_c", reset_less=True)
         # (the issue register holds j; from the next stage on the draw's range n = j + 1 rides along)
-        m.d.sync += [valids[0].eq(issue), ns[0].eq(degree - left), cs[0].eq(next_c)]
+        m.d.sync += [valids[0].eq(issue), issue_n.eq(degree - left), issue_c.eq(next_c)]
         # (a draw may be issued in the cycle of a flush: it is dropped a cycle later, when a draw is
         # held, and the held draw's return reloads the issue registers it stepped)
         for i in range(1, stages):
             kill = flush | h_busy if i == 1 else flush
-            m.d.sync += [valids[i].eq(valids[i - 1] & ~kill), ns[i].eq(ns[i - 1] + 1 if i == 1 else ns[i - 1]),
-                         cs[i].eq(cs[i - 1])]
+            m.d.sync += valids[i].eq(valids[i - 1] & ~kill)
+        range_n = Signal(32, name="d1_n", reset_less=True)
+        range_c = Signal(32, name="d1_c", reset_less=True)
+        m.d.sync += [range_n.eq(issue_n + 1), range_c.eq(issue_c)]
         always = Const(1)
         # (the first round ends in mix32's first xor-shift of the second's input, the salt folded in)
         first_shifted = mix32_pipelined(m, keyed_c, always, name="draw_mix1", shifted=True,
                                         shift_out_with=Const(spec_rng.DRAW_SALT, 32))
         second = mix32_pipelined(m, first_shifted, always, name="draw_mix2", shifted=True)
         at_multiply = 2 * MIX32_LATENCY - 1
-        product = multiply_pipelined(m, second, ns[at_multiply], always, name="draw_mul", platform=platform)
+        # n and c ride beside the rounds in LUT RAM (rtl/delay_line.py), the pipeline being free
+        # running: as registers, stage after stage, they were 1,216 of a sampler's 3,168 flip-flops on
+        # the ECP5 proxy. n is read at the product's stage, n and c at the last one.
+        at_product = delay_line(m, Cat(range_n, range_c), at_multiply - 1, "draw_nc_product")
+        at_last = delay_line(m, at_product, stages - 1 - at_multiply, "draw_nc_last")
+        last_n, last_c = at_last[:32], at_last[32:]
+        product = multiply_pipelined(m, second, at_product[:32], always, name="draw_mul", platform=platform)
 
         # the decision stage: takes the last stage's draw every cycle, or the held draw back (below)
         s_valid = Signal()
@@ -218,8 +227,8 @@ class PositionSampler(wiring.Component):
             m.d.sync += [s_valid.eq(1), s_j.eq(h_j), s_c.eq(h_c), s_n.eq(h_n), s_m.eq(h_m),
                          s_needs.eq(0), s_last.eq(h_last)]
         with m.Else():
-            m.d.sync += [s_valid.eq(valids[-1] & ~flush), s_j.eq(ns[-1] - 1), s_c.eq(cs[-1]), s_n.eq(ns[-1]),
-                         s_m.eq(product), s_needs.eq(product[:32] < ns[-1]), s_last.eq(ns[-1] == degree)]
+            m.d.sync += [s_valid.eq(valids[-1] & ~flush), s_j.eq(last_n - 1), s_c.eq(last_c), s_n.eq(last_n),
+                         s_m.eq(product), s_needs.eq(product[:32] < last_n), s_last.eq(last_n == degree)]
 
         candidate = s_m[32:]
         hits = [(chosen[i] == candidate) & chosen_valid[i] for i in range(self.max_fanout)]

@@ -16,6 +16,7 @@ from amaranth.sim import Simulator
 from smartsage.rtl.axi import AxiLiteSignature, check_data_width
 from smartsage.rtl.compare import at_most, below
 from smartsage.rtl.control import ARGUMENTS, ControlRegisters, register_offset
+from smartsage.rtl.delay_line import SECTION_DEPTH, delay_line
 from smartsage.rtl.kernel import IMAGE_WORDS, SamplerKernel
 from smartsage.rtl.multiply import multiply_add_latency, multiply_add_low, split_accumulate
 from smartsage.rtl.ping_pong_buffer import SELECT_GROUP, PingPongBuffer
@@ -770,6 +771,27 @@ def test_free_slot_fifo_behaves_as_sync_fifo(depth):
     sim.run()
     # (a FIFO of one entry never holds a second, nor takes one while full: no next flag to show)
     assert seen["full"] and seen["empty"] and seen["reads"] > 300 and (seen["flags"] > 100 or depth == 1), seen
+
+
+@pytest.mark.parametrize("cycles", [1, 2, 4, 14, SECTION_DEPTH, SECTION_DEPTH + 1, 3 * SECTION_DEPTH + 2])
+def test_delay_line_is_its_input_cycles_earlier_from_power_up(cycles):
+    """A delay line's output is its input ``cycles`` cycles earlier in every cycle, zero before the
+    input's first cycle (as a chain of reset-less registers), whatever the number of sections; a
+    delay below one cycle is refused by name."""
+    m = Module()
+    value = Signal(16)
+    delayed = delay_line(m, value, cycles, "line")
+    rng = random.Random(cycles)
+    inputs = [rng.randrange(1 << 16) for _ in range(4 * cycles + 40)]
+
+    async def bench(ctx):
+        for t, x in enumerate(inputs):
+            ctx.set(value, x)
+            assert ctx.get(delayed) == (inputs[t - cycles] if t >= cycles else 0), t
+            await ctx.tick()
+
+    _simulate(m, bench)
+    _refused("line needs a delay of at least one cycle, not 0", lambda: delay_line(Module(), value, 0, "line"))
 
 
 def test_copies_equal_their_flag_or_and_and_refuse_no_copy():

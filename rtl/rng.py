@@ -12,8 +12,6 @@ of the product is below ``n`` (probability n / 2^32), so it lives on a rare slow
 
 from __future__ import annotations
 
-import functools
-
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -60,95 +58,28 @@ def csd_digits(constant: int, width: int = 32) -> list[tuple[int, int]]:
     return digits
 
 
-def _pair(a: tuple[int, int], b: tuple[int, int], minuend_first: bool) -> tuple[tuple[int, int], int]:
-    """The node of a pair of nodes ``(sign, trailing zeros)`` and its carry chain's width, the
-    operand with fewer trailing zeros taken first (a subtraction's minuend) when ``minuend_first``
-    (bits below the other's zeros pass through it with no carry), else the other: the node's
-    sign is its first operand's."""
-    (sa, ta), (sb, tb) = a, b
-    fewer, more = (a, b) if ta <= tb else (b, a)
-    first = fewer if minuend_first or sa == sb else more
-    return (first[0], min(ta, tb)), 32 - (more[1] if first is fewer else fewer[1])
-
-
-@functools.cache
-def _tree_plan(constant: int) -> tuple[tuple[bool, ...], int]:
-    """For :func:`_constant_product_low`'s tree over ``csd_digits(constant)`` (pairs in digit order,
-    an odd node passed up), the order of each unlike-signed pair (``minuend_first``, level by level)
-    that gives the root a + sign with the fewest carry-chain bits, and that count. Like-signed
-    pairs add, and take the operand with fewer trailing zeros first whatever their flag."""
-    leaves = [(sign, shift) for shift, sign in csd_digits(constant)]
-    pairs_total = 0
-    count = len(leaves)
-    while count > 1:
-        pairs_total += count // 2
-        count = (count + 1) // 2
-    best = None
-    for choice in range(1 << pairs_total):
-        flags = tuple(bool(choice >> i & 1) for i in range(pairs_total))
-        nodes, bits, k = leaves, 0, 0
-        while len(nodes) > 1:
-            up = []
-            for i in range(0, len(nodes) - 1, 2):
-                node, width = _pair(nodes[i], nodes[i + 1], flags[k])
-                up.append(node)
-                bits, k = bits + width, k + 1
-            if len(nodes) % 2:
-                up.append(nodes[-1])
-            nodes = up
-        if nodes[0][0] == 1 and (best is None or bits < best[1]):
-            best = (flags, bits)
-    if best is None:
-        raise ValueError(f"no adder tree of {constant:#x}'s digits ends with a + sign")
-    return best
-
-
 def _constant_product_low(m, a, constant, enable, name, post=None):
     """``(a * constant) mod 2^32`` as a registered adder tree over the constant's signed digits (12 and
-    13 of them for lowbias32's constants: four levels, one carry chain per pair and stage).
-    Each node is (sign, value, trailing zeros) with the contribution ``sign * value``; a pair of like
-    signs adds, of unlike signs subtracts, in the order :func:`_tree_plan` picks so that the root's
-    sign is + (no negation) with the fewest carry-chain bits. A node's low bits that are known zero
-    (a digit's shift, the fewer of its operands') are neither added nor registered, and the bits of
-    the operand with fewer zeros below the other's pass through with no carry: the chains are
-    ``32 - shift`` bits, not 32 (lowbias32's two constants: 420 bits of adders, not 736).
+    13 of them for lowbias32's constants: four levels, one 32-bit carry chain per level and stage).
+    Each node is (sign, value) with the contribution ``sign * value``; a pair of like signs adds, of
+    unlike signs subtracts, so no negation is needed when the first digit is +1 (both constants').
     ``post`` is applied to the sum before the last register (the xor-shift that follows it)."""
-    flags, _ = _tree_plan(constant)
-    a = Value.cast(a)
-    # (sign, live bits above the zeros, zeros)
-    nodes = [(sign, a[:32 - shift], shift) for shift, sign in csd_digits(constant)]
-    level, k = 0, 0
+    nodes = [(sign, (a << shift)[:32]) for shift, sign in csd_digits(constant)]
+    level = 0
     while len(nodes) > 1:
         last = len(nodes) <= 2
         pairs = []
         for i in range(0, len(nodes) - 1, 2):
-            (sa, _, ta), (sb, _, tb) = nodes[i], nodes[i + 1]
-            (sign, zeros), _ = _pair((sa, ta), (sb, tb), flags[k])
-            k += 1
-            fewer, more = (nodes[i], nodes[i + 1]) if ta <= tb else (nodes[i + 1], nodes[i])
-            if sa == sb or flags[k - 1]:
-                # the operand with fewer zeros first: its bits below the other's zeros pass through
-                _, vf, tf = fewer
-                _, vm, tm = more
-                split = tm - tf
-                high = vf[split:] + vm if sa == sb else vf[split:] - vm
-                value = Cat(vf[:split], high[:32 - tm])
-            else:
-                # the operand with more zeros first (the minuend): one chain from the fewer zeros up
-                _, vf, tf = fewer
-                _, vm, tm = more
-                value = (Cat(Const(0, tm - tf), vm) - vf)[:32 - tf]
-            assert len(value) == 32 - zeros, (len(value), zeros)
+            (s1, v1), (s2, v2) = nodes[i], nodes[i + 1]
+            value = (v1 + v2 if s1 == s2 else v1 - v2)[:32]
             if last and post is not None:
-                value, zeros = post(Cat(Const(0, zeros), value)[:32]), 0
-            pairs.append((sign, registered(m, value, enable, f"{name}_l{level}_{i // 2}"), zeros))
+                value = post(value)
+            pairs.append((s1, registered(m, value, enable, f"{name}_l{level}_{i // 2}")))
         if len(nodes) % 2:
-            sign, value, zeros = nodes[-1]
-            pairs.append((sign, registered(m, value, enable, f"{name}_l{level}_pass"), zeros))
+            pairs.append((nodes[-1][0], registered(m, nodes[-1][1], enable, f"{name}_l{level}_pass")))
         nodes, level = pairs, level + 1
-    sign, value, zeros = nodes[0]
-    assert sign == 1 and level == MIX32_LATENCY // 2, (constant, level)
-    return Cat(Const(0, zeros), value)[:32]
+    assert nodes[0][0] == 1 and level == MIX32_LATENCY // 2, (constant, level)
+    return nodes[0][1]
 
 
 def mix32_first_shift(x: Value) -> Value:

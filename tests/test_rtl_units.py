@@ -26,8 +26,6 @@ from smartsage.rtl.rng import (
     MIX32_LATENCY,
     MULTIPLY_LATENCY,
     RejectionThreshold,
-    _constant_product_low,
-    _tree_plan,
     csd_digits,
     mix32,
     mix32_pipelined,
@@ -394,40 +392,6 @@ def test_csd_digits_rebuild_the_constant_with_no_adjacent_digits():
     assert csd_digits(0xFFFFFFFF) == [(0, -1)] and csd_digits(0x80000000) == [(31, 1)]
     assert csd_digits(spec_rng.MIX_MUL1)[0] == (31, 1) and csd_digits(spec_rng.MIX_MUL2)[0] == (31, 1)
     assert len(csd_digits(spec_rng.MIX_MUL1)) == 12 and len(csd_digits(spec_rng.MIX_MUL2)) == 13
-
-
-def test_constant_product_trees_are_exact_and_trimmed():
-    """``_constant_product_low`` gives ``(a x C) mod 2^32`` four registered levels later for constants
-    whose trees take every order of pair (random constants of 9-16 signed digits, a + root), with
-    carry chains only above each node's known zero bits: lowbias32's two constants need 211 and 209
-    chain bits, not 352 and 384; a constant whose tree cannot end with a + sign is refused."""
-    rng = random.Random(_seed())
-    constants = [spec_rng.MIX_MUL1, spec_rng.MIX_MUL2]
-    while len(constants) < 8:
-        c = rng.randrange(1, 1 << 32)
-        if 9 <= len(csd_digits(c)) <= 16:
-            try:
-                _tree_plan(c)
-            except ValueError:
-                continue
-            constants.append(c)
-    assert _tree_plan(spec_rng.MIX_MUL1)[1] == 211 and _tree_plan(spec_rng.MIX_MUL2)[1] == 209
-    m = Module()
-    a = Signal(32)
-    products = [_constant_product_low(m, a, c, 1, f"c{i}") for i, c in enumerate(constants)]
-    values = [0, 1, 0xFFFFFFFF, 0x80000000] + [rng.getrandbits(32) for _ in range(40)]
-    latency = MIX32_LATENCY // 2
-
-    async def bench(ctx):
-        for t, x in enumerate(values + [0] * latency):
-            ctx.set(a, x)
-            if t >= latency:
-                for c, p in zip(constants, products, strict=True):
-                    assert ctx.get(p) == values[t - latency] * c % (1 << 32), (hex(c), hex(values[t - latency]))
-            await ctx.tick()
-
-    _simulate(m, bench)
-    _refused("no adder tree of 0xffffffff", lambda: _tree_plan(0xFFFFFFFF))
 
 
 def test_rejection_threshold_matches_remainder():

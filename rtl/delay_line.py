@@ -3,8 +3,11 @@
 A draw pipeline carries each draw's range and counter beside its mix32 rounds: 64 bits over some
 twenty stages, so a chain of registers would be some 1,200 flip-flops per position sampler, a
 quarter of the ``small`` build's flip-flops on the ECP5 timing proxy (docs/synthesis.md), and
-they spread the lane over the die. Vivado packs such a chain into SRL16/SRLC32 shift registers by
-itself; the ECP5 has none, and Lattice's answer is this one: a 16-deep distributed RAM written
+they spread the lane over the die. The line costs LUTs instead: on the proxy a sampler's two lines
+(64 bits, 14 and 4 cycles) are 1,008 fewer flip-flops for about 250 more ``TRELLIS_COMB`` and 32
+``TRELLIS_RAMW``: a trade that pays where flip-flops are the scarcer resource. Vivado packs such
+a chain into SRL16/SRLC32 shift registers by itself; the ECP5 has none, and Lattice's answer is
+this one: a 16-deep distributed RAM written
 every cycle at a write counter and read (asynchronously) at a read counter a fixed distance
 behind, into an output register. The two counters step every cycle and never reset, so the
 distance between them holds from power-up on, and the line's output equals the input ``cycles``

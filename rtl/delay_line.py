@@ -7,12 +7,12 @@ they spread the lane over the die. The line costs LUTs instead: on the proxy a s
 (64 bits, 14 and 4 cycles) are 1,008 fewer flip-flops for about 250 more ``TRELLIS_COMB`` and 32
 ``TRELLIS_RAMW``: a trade that pays where flip-flops are the scarcer resource. Vivado packs such
 a chain into SRL16/SRLC32 shift registers by itself; the ECP5 has none, and Lattice's answer is
-this one: a 16-deep distributed RAM written
-every cycle at a write counter and read (asynchronously) at a read counter a fixed distance
-behind, into an output register. The two counters step every cycle and never reset, so the
-distance between them holds from power-up on, and the line's output equals the input ``cycles``
-cycles earlier in every cycle, power-up included (the RAM and the registers start at zero, as a
-chain of reset-less registers does): nothing downstream can tell the two apart.
+this one: a 16-deep distributed RAM written every cycle at a write counter and read
+(asynchronously) at a read counter a fixed distance behind, into an output register. The two
+counters step every cycle and never reset, so the distance between them holds from power-up on,
+and the line's output equals the input ``cycles`` cycles earlier in every cycle, power-up
+included (the RAM and the registers start at zero, as a chain of reset-less registers does):
+nothing downstream can tell the two apart.
 
 A line longer than 16 cycles is a chain of such sections.
 """

@@ -22,6 +22,8 @@ from __future__ import annotations
 from amaranth.hdl import Module, Signal, Value
 from amaranth.lib.memory import Memory
 
+from .multiply import registered
+
 __all__ = ["delay_line", "SECTION_DEPTH"]
 
 #: Entries of one section's RAM (an ECP5 ``DPR16X4`` is 16 deep); a section delays 2..16 cycles.
@@ -54,9 +56,7 @@ def delay_line(m: Module, value: Value, cycles: int, name: str) -> Signal:
         raise ValueError(f"delay_line: {name} needs a delay of at least one cycle, not {cycles!r}")
     value = Value.cast(value)
     if cycles == 1:
-        out = Signal(len(value), name=f"{name}_out", reset_less=True)
-        m.d.sync += out.eq(value)
-        return out
+        return registered(m, value, 1, f"{name}_out")
     sections = -(-cycles // SECTION_DEPTH)
     # as even as the sections can be, each 2..16 cycles
     lengths = [cycles // sections + (i < cycles % sections) for i in range(sections)]

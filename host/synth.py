@@ -599,7 +599,7 @@ def timing_block(component, name: str, out_dir: str | os.PathLike, target_mhz: f
 def _timing_blocks() -> dict:
     """The kernel's blocks that :func:`timing_block` times alone, each built from a configuration."""
     from smartsage.rtl.command_sequencer import CommandSequencer
-    from smartsage.rtl.edge_streamer import EdgeStreamer
+    from smartsage.rtl.edge_streamer import NODES_PER_SAMPLER, EdgeStreamer
     from smartsage.rtl.feature_aggregator import FeatureAggregator
     from smartsage.rtl.frontier_prefetcher import FrontierPrefetcher
     from smartsage.rtl.position_sampler import PositionSampler
@@ -610,7 +610,8 @@ def _timing_blocks() -> dict:
         "edge_streamer": EdgeStreamer,
         "feature_aggregator": FeatureAggregator,
         "frontier_prefetcher": FrontierPrefetcher,
-        "position_sampler": lambda config: PositionSampler(config.max_fanout),
+        # with as many nodes as a lane's samplers hold
+        "position_sampler": lambda config: PositionSampler(config.max_fanout, nodes=NODES_PER_SAMPLER),
         # as the kernel builds it: a port per lane and one for the sequencer's fields
         "write_combiner": lambda config: WriteCombiner(config.data_width, config.outstanding_reads,
                                                        ports=config.lanes + 1),

@@ -41,22 +41,29 @@ from .job_dispatcher import lane_job_layout
 from .kernel_block import KernelBlock, check_kernel_config
 from .node_list_collector import NodeListCollector, answer_layout, id_offset
 from .node_list_collector import collect_layout as node_list_collector_layout
-from .position_sampler import DRAW_LATENCY, PositionSampler
+from .position_sampler import DRAW_LATENCY, MAX_NODES, PositionSampler
 from .register_copies import and_copies, lut_copies, register_copies
 from .stream_buffer import StreamBuffer
 from .tagged_read_stream import ReadPortSignature
 from .write_combiner import AppendWord
 
-__all__ = ["EdgeStreamer", "SAMPLERS_PER_LANE", "HEAD_NODE_COPIES", "HEAD_NODE_GROUPS", "ANSWER_DEPTH", "id_offset",
-           "ids_tag_shape"]
+__all__ = ["EdgeStreamer", "SAMPLERS_PER_LANE", "NODES_PER_SAMPLER", "HEAD_NODE_COPIES", "HEAD_NODE_GROUPS",
+           "ANSWER_DEPTH", "id_offset", "ids_tag_shape"]
 
-#: Position samplers per lane, taking jobs in turn: a job holds a sampler for two cycles (request
-#: and start), ``position_sampler.DRAW_LATENCY`` to fill the draw pipeline and k to stream. With
-#: fanouts of ~10 and about every other job sampled, a lane receives a sampled job every ~8 cycles,
-#: so the samplers must turn one job around every 6. Every sampler has a ticket slot, so all of them
-#: fill their pipelines while earlier tickets stream (with two ticket slots the default build took
-#: 1.29 cycles per edge per lane whatever the sampler count; with one per sampler, 1.099).
+#: Nodes a lane samples at once (its samplers' node places), taking jobs in turn: a job holds a place
+#: for two cycles (request and start), ``position_sampler.DRAW_LATENCY`` to fill the draw pipeline
+#: and k to stream. With fanouts of ~10 and about every other job sampled, a lane receives a sampled
+#: job every ~8 cycles, so the places must turn one job around every 6. Every place has a ticket
+#: slot, so all of them fill their pipelines while earlier tickets stream (with two ticket slots the
+#: default build took 1.29 cycles per edge per lane whatever the sampler count; with one per
+#: sampler, 1.099).
 SAMPLERS_PER_LANE = -(-(DRAW_LATENCY + 2 + 10) // 6)
+#: Nodes each position sampler holds, their draws taking turns on its one draw pipeline: the
+#: pipeline's mix32 rounds are most of a sampler's LUTs, and a place's node mostly waits for the
+#: lane's one read port (each node still draws a position every two cycles, while the port takes one
+#: a cycle from one node at a time). The lane gives jobs to the samplers' first places in turn, then
+#: to their second ones, so consecutive jobs draw on different pipelines.
+NODES_PER_SAMPLER = MAX_NODES
 #: Copies of a lane's staged node (key and degree, 64 flip-flops each), each loaded in the same way and
 #: read by its share of the samplers (as one copy, its nets to six samplers across the lane were
 #: 7.6-8.2 ns at no logic level on the whole kernel's ECP5 proxy).
@@ -68,13 +75,24 @@ HEAD_NODE_GROUPS = 4
 ANSWER_DEPTH = 32
 
 
+class _Place:
+    """One node place of a position sampler, as the lane drives it: its request, positions and
+    ``ready_unless_taken``."""
+
+    def __init__(self, sampler: PositionSampler, node: int):
+        self.request = sampler.request[node]
+        self.positions = sampler.positions[node]
+        self.ready_unless_taken = sampler.ready_unless_taken[node]
+
+
 def ids_tag_shape(data_width: int) -> range:
     """The tag of a lane's read: how many consecutive ids of the beat it brings (from the address on)."""
     return range(data_width // 32 + 1)
 
 
 class EdgeStreamer(KernelBlock):
-    """One lane: :data:`SAMPLERS_PER_LANE` position samplers, the issuer, an answer FIFO and the collector.
+    """One lane: position samplers for :data:`SAMPLERS_PER_LANE` nodes (:data:`NODES_PER_SAMPLER` each),
+    the issuer, an answer FIFO and the collector.
 
     Parameters
     ----------
@@ -143,14 +161,20 @@ class EdgeStreamer(KernelBlock):
         # That flip-flop is copied, one per sampler and one for the lane's own turn flag, each loading
         # the same value (equal in every cycle): as one net across the six samplers it was 8.3-10.6 ns
         # on the whole kernel's proxy, one logic level
+        assert SAMPLERS_PER_LANE % NODES_PER_SAMPLER == 0, "a lane's samplers hold its places, all of them"
+        pipelines = SAMPLERS_PER_LANE // NODES_PER_SAMPLER
         samplers_reset, *sampler_resets = register_copies(m, platform, "samplers_reset", self.reset_samplers,
-                                                          SAMPLERS_PER_LANE + 1, init=1)
-        samplers = [PositionSampler(cfg.max_fanout, draws_only=True) for _ in range(SAMPLERS_PER_LANE)]
-        for number, sampler in enumerate(samplers):
+                                                          pipelines + 1, init=1)
+        pipeline_samplers = [PositionSampler(cfg.max_fanout, draws_only=True, nodes=NODES_PER_SAMPLER)
+                             for _ in range(pipelines)]
+        for number, sampler in enumerate(pipeline_samplers):
             domain = f"samplers{number}"
             m.domains += ClockDomain(domain, local=True)
             m.d.comb += [ClockSignal(domain).eq(ClockSignal()), ResetSignal(domain).eq(sampler_resets[number])]
             m.submodules[f"positions{number}"] = DomainRenamer(domain)(sampler)
+        # the places in the order the lane takes them: the samplers' first places, then their second ones
+        samplers = [_Place(pipeline_samplers[number % pipelines], number // pipelines)
+                    for number in range(SAMPLERS_PER_LANE)]
 
         # the collector: one id per cycle, at the job's place (base + i), job after job (wired below)
         m.submodules.collector = collector = NodeListCollector(cfg)
@@ -296,7 +320,7 @@ class EdgeStreamer(KernelBlock):
         hop_fanout = Signal(16)
         m.d.sync += hop_fanout.eq(fanout)
         for number, sampler in enumerate(samplers):
-            head_node = head_nodes[number * HEAD_NODE_COPIES // SAMPLERS_PER_LANE]
+            head_node = head_nodes[(number % pipelines) * HEAD_NODE_COPIES // pipelines]   # by sampler
             m.d.comb += [sampler.request.payload.shifted_key.eq(head_node.shifted_key),
                          sampler.request.payload.degree.eq(head_node.degree),
                          sampler.request.payload.fanout.eq(hop_fanout),

@@ -194,14 +194,21 @@ def test_each_block_resets_from_its_own_copy_of_the_kernel_reset(exported, proxy
     flag_copies += ["wide_edges0_ff"]
     # and each lane collector's error flag: one for its handshakes, one for ``failed``
     flag_copies += [f"error{i}_ff" for _ in range(CONFIG.lanes) for i in range(2)]
-    # and each lane collector's ``first`` flag (one for the append's address) and each sampler's
-    # ``h_busy`` (one for the held draw's registers)
-    from smartsage.rtl.edge_streamer import SAMPLERS_PER_LANE
+    # and each lane collector's ``first`` flag (one for the append's address) and each sampler node
+    # place's ``h_busy`` (one for the held draw's registers)
+    from smartsage.rtl.edge_streamer import NODES_PER_SAMPLER, SAMPLERS_PER_LANE
 
+    samplers = SAMPLERS_PER_LANE // NODES_PER_SAMPLER
     flag_copies += [f"first{i}_ff" for _ in range(CONFIG.lanes) for i in range(2)]
-    flag_copies += [f"h_busy{i}_ff" for _ in range(CONFIG.lanes * SAMPLERS_PER_LANE) for i in range(2)]
+    flag_copies += [f"node{node}_h_busy{i}_ff" for _ in range(CONFIG.lanes * samplers)
+                    for node in range(NODES_PER_SAMPLER) for i in range(2)]
+    # and each node place's issue flip-flop, node 1's with copies that pick the pipeline's inputs
+    from smartsage.rtl.position_sampler import ISSUE_COPIES, PICK_COPIES
+
+    flag_copies += [f"node{node}_issue{i}_ff" for _ in range(CONFIG.lanes * samplers)
+                    for node in range(NODES_PER_SAMPLER) for i in range(ISSUE_COPIES + (PICK_COPIES if node else 0))]
     # and each lane's samplers' reset, one per sampler and one for the lane's turn flag
-    flag_copies += [f"samplers_reset{i}_ff" for _ in range(CONFIG.lanes) for i in range(SAMPLERS_PER_LANE + 1)]
+    flag_copies += [f"samplers_reset{i}_ff" for _ in range(CONFIG.lanes) for i in range(samplers + 1)]
     # and the write combiner's flush, one per port (the lanes' and the sequencer's)
     flag_copies += [f"flush{i}_ff" for i in range(CONFIG.lanes + 1)]
     # and the aggregator's draining flag, one per part of the block that reads it
@@ -238,22 +245,20 @@ def test_frontier_walk_steps_from_copies_of_its_decision_on_the_proxy_only(expor
     """On the ECP5 proxy the last AND of FRONTIER's hand-off is a ``LUT4`` instance per group of the
     walk's registers (``written``, ``nodes_room``, ``frontier_index``, ``count_address``, 64 bits
     each, and ``frontier_end``), and of each lane's job-stage take, one per group of each of its copies of the
-    staged node, and of each position sampler's issue (``ISSUE_COPIES``), and of the aggregator's beat
+    staged node, and of the aggregator's beat
     writer's two data selects, one per group of the data's bits, and of each lane issuer's read
     handshake and each write combiner port's field handshake, which Yosys keeps apart; the exported
     Verilog has none."""
     import re
 
     from smartsage.rtl.command_sequencer import WALK_GROUP
-    from smartsage.rtl.edge_streamer import HEAD_NODE_COPIES, HEAD_NODE_GROUPS, SAMPLERS_PER_LANE
+    from smartsage.rtl.edge_streamer import HEAD_NODE_COPIES, HEAD_NODE_GROUPS
     from smartsage.rtl.ping_pong_buffer import SELECT_GROUP
-    from smartsage.rtl.position_sampler import ISSUE_COPIES
 
     luts = re.findall(r"LUT4 #\([^;]*?\)\s*(\w+) \(", proxy_verilog, flags=re.S)
     count = 4 * -(-64 // WALK_GROUP) + 1
     expected = [f"walk_take{i}_lut" for i in range(count)]
     expected += [f"stage_takes{i}_lut" for _ in range(CONFIG.lanes) for i in range(HEAD_NODE_COPIES * HEAD_NODE_GROUPS)]
-    expected += [f"issue{i}_lut" for _ in range(CONFIG.lanes * SAMPLERS_PER_LANE) for i in range(ISSUE_COPIES)]
     expected += [f"{select}{i}_lut" for select in ("same", "hold_first")
                  for i in range(-(-CONFIG.data_width // SELECT_GROUP))]
     # and each lane issuer's read handshake (the edge address's halves, the rest), and each write

@@ -67,10 +67,10 @@ async def _tick_until(ctx, signal, what: str, limit: int = 20_000):
     raise AssertionError(f"{what}: not within {limit} cycles")
 
 
-async def _request_positions(ctx, sampler, key: int, degree: int, fanout: int):
-    """Offers one node (its key H_v, shifted as a ``PositionRequest`` carries it) to a ``PositionSampler``
-    until it is taken (``valid`` is left high)."""
-    sampler_request = sampler.request
+async def _request_positions(ctx, sampler, key: int, degree: int, fanout: int, place: int = 0):
+    """Offers one node (its key H_v, shifted as a ``PositionRequest`` carries it) to a ``PositionSampler``'s
+    node place ``place`` until it is taken (``valid`` is left high)."""
+    sampler_request = sampler.request[place]
     ctx.set(sampler_request.payload, {"shifted_key": key ^ (key >> 16), "degree": degree, "fanout": fanout})
     ctx.set(sampler_request.valid, 1)
     await _tick_until(ctx, sampler_request.ready, f"request {key, degree, fanout} taken")
@@ -455,17 +455,17 @@ def test_position_sampler_matches_floyd(draws_only):
     async def bench(ctx):
         for key, degree, fanout in cases:
             await _request_positions(ctx, dut, key, degree, fanout)
-            ctx.set(dut.request.valid, 0)
+            ctx.set(dut.request[0].valid, 0)
             got = []
             for _ in range(20_000):
                 if len(got) == min(degree, fanout):
                     break
-                ctx.set(dut.positions.ready, rng.random() < 0.7)
+                ctx.set(dut.positions[0].ready, rng.random() < 0.7)
                 _, _, valid, ready, position = await ctx.tick().sample(
-                    dut.positions.valid, dut.positions.ready, dut.positions.payload)
+                    dut.positions[0].valid, dut.positions[0].ready, dut.positions[0].payload)
                 if valid and ready:
                     got.append(position)
-            ctx.set(dut.positions.ready, 0)
+            ctx.set(dut.positions[0].ready, 0)
             assert got == _reference_positions(key, degree, fanout), (key, degree, fanout)
 
     sim = Simulator(dut)
@@ -490,16 +490,16 @@ def test_position_sampler_takes_requests_while_positions_wait():
     async def requester(ctx):
         for key, degree, fanout in cases:
             await _request_positions(ctx, dut, key, degree, fanout)
-        ctx.set(dut.request.valid, 0)
+        ctx.set(dut.request[0].valid, 0)
 
     async def consumer(ctx):
         for cycle in range(200_000):
             if len(got) == len(expected):
                 break
             # first a long stall: the FIFO fills to its last place right after the first node's flushes
-            ctx.set(dut.positions.ready, cycle > 600 and rng.random() < 0.2)
+            ctx.set(dut.positions[0].ready, cycle > 600 and rng.random() < 0.2)
             _, _, valid, ready, position = await ctx.tick().sample(
-                dut.positions.valid, dut.positions.ready, dut.positions.payload)
+                dut.positions[0].valid, dut.positions[0].ready, dut.positions[0].payload)
             if valid and ready:
                 got.append(position)
 
@@ -524,12 +524,12 @@ def test_position_sampler_streams_one_position_per_cycle():
 
     async def bench(ctx):
         await _request_positions(ctx, dut, key, degree, fanout)
-        ctx.set(dut.request.valid, 0)
+        ctx.set(dut.request[0].valid, 0)
         await ctx.tick().repeat(3 * POSITION_BUFFER)
-        ctx.set(dut.positions.ready, 1)
+        ctx.set(dut.positions[0].ready, 1)
         got, cycle = [], 0
         while len(got) < fanout and cycle < 10 * fanout:
-            _, _, valid, position = await ctx.tick().sample(dut.positions.valid, dut.positions.payload)
+            _, _, valid, position = await ctx.tick().sample(dut.positions[0].valid, dut.positions[0].payload)
             cycle += 1
             if valid:
                 got.append(position)
@@ -541,6 +541,99 @@ def test_position_sampler_streams_one_position_per_cycle():
     sim.add_testbench(bench)
     sim.run()
     assert cycles == list(range(1, fanout + 1)), f"gaps in the stream: {cycles}"
+
+
+@pytest.mark.parametrize("draws_only", [False, True], ids=["any_degree", "draws_only"])
+def test_position_sampler_two_nodes_share_the_draws(draws_only):
+    """A sampler holding two nodes (``nodes=2``, as a lane's are): each place gets its own nodes'
+    positions, bit-exact and in order, while the other place's draws take the other turns, both
+    take the slow path (held draws, flushes of their own draws only, accepted draws issued again) and
+    their consumers stall at random, one of them for the first 400 cycles."""
+    rng = random.Random(_seed())
+    dut = PositionSampler(32, draws_only=draws_only, nodes=2)
+    cases = [[], []]
+    for place in (0, 1):
+        # fanouts above the pipeline's depth: a node still issues when its first draws are held
+        cases[place].append((rng.getrandbits(32), (1 << 31) + rng.randint(1, 1000), 32))
+        while len(cases[place]) < 24:
+            k = rng.randint(1, 32)
+            d = rng.choice([k + 1, rng.randint(1, 64), rng.randint(17, 100_000), (1 << 31) + rng.randint(1, 1000),
+                            (1 << 32) - rng.randint(1, 1000)])
+            if d > k or not draws_only:
+                cases[place].append((rng.getrandbits(32), d, k))
+    expected = [[p for case in place_cases for p in _reference_positions(*case)] for place_cases in cases]
+    got = [[], []]
+
+    def requester(place):
+        async def offer(ctx):
+            for key, degree, fanout in cases[place]:
+                await _request_positions(ctx, dut, key, degree, fanout, place)
+            ctx.set(dut.request[place].valid, 0)
+        return offer
+
+    def consumer(place):
+        async def take(ctx):
+            for cycle in range(100_000):
+                if len(got[place]) == len(expected[place]):
+                    return
+                ctx.set(dut.positions[place].ready, (place == 1 or cycle > 400) and rng.random() < 0.6)
+                _, _, valid, ready, position = await ctx.tick().sample(
+                    dut.positions[place].valid, dut.positions[place].ready, dut.positions[place].payload)
+                if valid and ready:
+                    got[place].append(position)
+        return take
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    for place in (0, 1):
+        sim.add_testbench(requester(place), background=True)
+    sim.add_testbench(consumer(0))
+    sim.add_testbench(consumer(1))
+    sim.run()
+    assert got == expected
+
+
+def test_position_sampler_two_nodes_take_turns_oldest_first():
+    """A two-node sampler's pipeline serves the node whose request came first, a position per cycle,
+    and the second node in the cycles the first leaves: with both consumers always ready, node 0's
+    positions come a cycle apart, and node 1's (asked for three cycles later) follow its last one, a
+    cycle apart too. Each place's positions are its node's."""
+    fanout, degree = 16, 1000
+    keys = (0x2545F491, 0x9E3779B9)
+    dut = PositionSampler(fanout, nodes=2)
+    stamps = [[], []]
+
+    async def bench(ctx):
+        got = [[], []]
+        for place in (0, 1):
+            ctx.set(dut.positions[place].ready, 1)
+        for cycle in range(200):
+            if cycle in (0, 3):     # node 1 after node 0 is taken (a lane offers one job a cycle)
+                place = int(cycle > 0)
+                ctx.set(dut.request[place].payload, {"shifted_key": keys[place] ^ (keys[place] >> 16),
+                                                     "degree": degree, "fanout": fanout})
+                ctx.set(dut.request[place].valid, 1)
+            *_, r0, r1, v0, p0, v1, p1 = await ctx.tick().sample(
+                dut.request[0].ready, dut.request[1].ready, dut.positions[0].valid, dut.positions[0].payload,
+                dut.positions[1].valid, dut.positions[1].payload)
+            for place, ready in ((0, r0), (1, r1)):
+                if ready and cycle >= 3 * place:
+                    ctx.set(dut.request[place].valid, 0)
+            for place, valid, position in ((0, v0, p0), (1, v1, p1)):
+                if valid and len(got[place]) < fanout:
+                    got[place].append(position)
+                    stamps[place].append(cycle)
+        for place in (0, 1):
+            assert got[place] == _reference_positions(keys[place], degree, fanout), place
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    for place in (0, 1):
+        gaps = [b - a for a, b in zip(stamps[place], stamps[place][1:], strict=False)]
+        assert gaps == [1] * (fanout - 1), stamps
+    assert stamps[1][0] == stamps[0][-1] + 1, stamps
 
 
 class _LiteHost:

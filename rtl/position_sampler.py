@@ -148,28 +148,54 @@ class PositionSampler(wiring.Component):
 
         # ---- who issues: each node's ``issue`` flip-flops load whether it draws next cycle, worked
         # out from the next values of the flags that decide it (``wants``: drawing, no draw held, room,
-        # a position left). With two nodes the one whose turn it is next cycle (``phase``, free
-        # running) goes first, the other takes the cycle it leaves. (Copies: ``ISSUE_COPIES`` per node
-        # for its own registers, and for node 1 ``PICK_COPIES`` more that pick the pipeline's inputs.)
+        # a position left). With two nodes one goes first (``first``, below) and the other takes the
+        # cycles it leaves. (Copies: ``ISSUE_COPIES`` per node for its own registers, and for node 1
+        # ``PICK_COPIES`` more that pick the pipeline's inputs.)
+        # The request handshakes come last: each issue flip-flop loads one of the grants worked out
+        # for a request taken or not at each node (the nodes' own flags and the lane's request payload),
+        # picked by the handshakes (a request's valid, an AND of the lane's flip-flops, through the
+        # nodes' draw flags and the pick between them into the issue flip-flops was 8-9 ns paths on the
+        # ECP5 proxy, four LUT levels)
+        taken = [node["taken"] for node in node_state]
+
+        def by_handshakes(grants_for):
+            """``grants_for(taken_0, ...)`` (Python bools) for each combination, picked by the handshakes."""
+            if nodes == 1:
+                return [Mux(taken[0], grants_for(True)[0], grants_for(False)[0])]
+            both = {(t0, t1): grants_for(t0, t1) for t0 in (False, True) for t1 in (False, True)}
+            return [Mux(taken[1], Mux(taken[0], both[True, True][x], both[False, True][x]),
+                        Mux(taken[0], both[True, False][x], both[False, False][x])) for x in range(nodes)]
+
+        def wants_if(node, node_taken):
+            return node["wants_taken"] if node_taken else node["wants_kept"]
+
         if nodes == 1:
-            grants = [node_state[0]["wants"]]
+            grants = by_handshakes(lambda t0: [wants_if(node_state[0], t0)])
         else:
             # the node whose job came first goes first (its ticket is ahead of the other's in the
             # lane): ``first`` stays while its node draws, and passes to the other node when it stops
-            # (so a node that takes a job while the other draws is second)
+            # (so a node that takes a job while the other draws is second). With the nodes first in
+            # turn instead, the default build's cycle-count test took 3,333 cycles, not 3,323
             first = Signal()
             first_next = Signal()
             drawing_next = [node["drawing_next"] for node in node_state]
             m.d.comb += first_next.eq(Mux(first, drawing_next[1], ~drawing_next[0]))
             m.d.sync += first.eq(first_next)
-            wants = [node["wants"] for node in node_state]
-            grants = [wants[0] & (~first_next | ~wants[1]), wants[1] & (first_next | ~wants[0])]
+
+            def grants_for(*node_taken):
+                drawing_if = [node["drawing_taken"] if t else node["drawing_kept"]
+                              for node, t in zip(node_state, node_taken, strict=True)]
+                first_if = Mux(first, drawing_if[1], ~drawing_if[0])
+                wants = [wants_if(node, t) for node, t in zip(node_state, node_taken, strict=True)]
+                return [wants[0] & (~first_if | ~wants[1]), wants[1] & (first_if | ~wants[0])]
+            grants = by_handshakes(grants_for)
         picks = []
         for x, node in enumerate(node_state):
             copies = ISSUE_COPIES + (PICK_COPIES if x == 1 else 0)
             issued = register_copies(m, platform, node["name"]("issue"), grants[x], copies)
             m.d.comb += [copy.eq(value) for copy, value in zip(node["issue"], issued[:ISSUE_COPIES], strict=True)]
-            picks = issued[ISSUE_COPIES:]
+            if x == 1:
+                picks = issued[ISSUE_COPIES:]
 
         picked = {"degree": 0, "left": 32, "next_c": 32 + len(node_state[0]["left"])}
         picked["keyed_c"] = picked["next_c"] + 32
@@ -180,8 +206,8 @@ class PositionSampler(wiring.Component):
             values = [node[key] for node in node_state]
             if nodes == 1:
                 return values[0]
-            first, total = picked[key], picked["sure"] + 1
-            return Cat(*(Mux(picks[(first + b) * PICK_COPIES // total], values[1][b], values[0][b])
+            start, total = picked[key], picked["sure"] + 1
+            return Cat(*(Mux(picks[(start + b) * PICK_COPIES // total], values[1][b], values[0][b])
                          for b in range(len(values[0]))))
 
         # ---- the shared draw pipeline: free-running (no enable); valid, the node, n = j + 1, c and
@@ -331,8 +357,15 @@ class PositionSampler(wiring.Component):
         # draw (``reserved`` below POSITION_BUFFER - 1 now: it grows by at most one a cycle, so it is
         # below POSITION_BUFFER then). The sampler registers it (into ``issue``), with two nodes
         # after picking between them
-        wants = Signal(name=name("wants"))
-        m.d.comb += wants.eq(drawing_next & ~h_busy_next & left_any_next & (reserved < POSITION_BUFFER - 1))
+        # (worked out both for a request taken in this cycle and for none: the sampler picks by the
+        # handshake last)
+        request_taken = Signal(name=name("request_taken"))
+        drawing_kept = Signal(name=name("drawing_kept"))     # ``drawing_next`` if no request is taken
+        drawing_taken = Signal(name=name("drawing_taken"))   # ``drawing_next`` if one is
+        wants_kept = Signal(name=name("wants_kept"))
+        wants_taken = Signal(name=name("wants_taken"))
+        can_draw = ~h_busy_next & left_any_next & (reserved < POSITION_BUFFER - 1)
+        m.d.comb += [wants_kept.eq(drawing_kept & can_draw), wants_taken.eq(drawing_taken & can_draw)]
 
         candidate = s_m[32:]
         hits = [(chosen[i] == candidate) & chosen_valid[i] for i in range(self.max_fanout)]
@@ -351,6 +384,7 @@ class PositionSampler(wiring.Component):
         m.d.comb += threshold.i.payload.eq(h_n)
         # (the held draw's registers follow the decision stage while none is held: reset-less)
         h_left = Signal(range(self.max_fanout + 1), name=name("h_left"), reset_less=True)   # d - j
+        threshold_answered = Signal(name=name("threshold_answered"))   # the threshold came a cycle ago
         threshold_known = Signal(name=name("threshold_known"))
         threshold_rejects = Signal(name=name("threshold_rejects"))
 
@@ -379,11 +413,16 @@ class PositionSampler(wiring.Component):
         with m.If(~busy):
             m.d.sync += [shifted_key.eq(req.shifted_key), degree.eq(req.degree), count.eq(0), chosen_valid.eq(0),
                          left.eq(req.fanout), next_c.eq(0), keyed_c.eq(req.shifted_key), sure.eq(0)]
-            m.d.comb += left_any_next.eq(req.fanout[:len(left)] != 0)
+            # (a request's fanout is 1 or more: the sequencer refuses a descriptor with a hop's fanout
+            # 0, BAD_DESCRIPTOR. As a compare of the lane's fanout register, in front of the issue
+            # decision, it was 8.1-8.3 ns paths into the issue flip-flops on the ECP5 proxy)
+            m.d.comb += left_any_next.eq(1)
             if not self._draws_only:
                 m.d.sync += [sequential.eq(0), to_list.eq(req.degree)]
-        with m.If(request.valid & request.ready):
-            m.d.comb += [busy_next.eq(1), drawing_next.eq(1 if self._draws_only else req.degree > req.fanout)]
+        m.d.comb += [request_taken.eq(request.valid & request.ready), drawing_kept.eq(drawing & ~(emit & s_last)),
+                     drawing_taken.eq(1 if self._draws_only else req.degree > req.fanout)]
+        with m.If(request_taken):
+            m.d.comb += [busy_next.eq(1), drawing_next.eq(drawing_taken)]
             if not self._draws_only:
                 m.d.sync += listing.eq(req.degree <= req.fanout)
         written = Signal(name=name("written"))     # a position enters the output FIFO
@@ -405,16 +444,17 @@ class PositionSampler(wiring.Component):
         # registers' enable is one flip-flop's output)
         with m.If(~h_holding):
             m.d.sync += [h_j.eq(s_j), h_c.eq(s_c), h_n.eq(s_n), h_low.eq(s_m[:32]), h_left.eq(degree - s_j)]
-        # what the threshold's answer loads, worked out from the held registers while the threshold is
-        # computed (they are stable a cycle after the draw is held, some 35 cycles before it is known):
-        # the draw counter after the held draw and mix32's first xor-shift of its key with it and with
-        # the held draw's own counter, and whether any position is left (the held one's)
-        h_after_c = Signal(32, name=name("h_after_c"), reset_less=True)
-        h_after_keyed = Signal(32, name=name("h_after_keyed"), reset_less=True)
-        h_again_keyed = Signal(32, name=name("h_again_keyed"), reset_less=True)
+        # what the threshold's answer loads, worked out from the held registers and the answer in the
+        # cycle between the answer and ``threshold_known``: the draw counter to go on from (the held
+        # draw's own if accepted, the next if rejected) and mix32's first xor-shift of its key with
+        # it, and whether any position is left (the held one's). (As a pick between the two counters
+        # behind ``threshold_known``, 7.7 ns into ``next_c`` on the ECP5 proxy)
+        h_resume_c = Signal(32, name=name("h_resume_c"), reset_less=True)
+        h_resume_keyed = Signal(32, name=name("h_resume_keyed"), reset_less=True)
         h_left_any = Signal(name=name("h_left_any"), reset_less=True)
-        m.d.sync += [h_after_c.eq(h_c + 1), h_after_keyed.eq(shifted_key ^ mix32_first_shift(h_c + 1)),
-                     h_again_keyed.eq(shifted_key ^ mix32_first_shift(h_c)), h_left_any.eq(h_left != 0)]
+        m.d.sync += [h_resume_c.eq(h_c + threshold_rejects),
+                     h_resume_keyed.eq(shifted_key ^ mix32_first_shift(h_c + threshold_rejects)),
+                     h_left_any.eq(h_left != 0)]
         with m.If(drawing):
             m.d.comb += [out.w_en.eq(emit), out.w_data.eq(position)]
             with m.If(emit):
@@ -430,14 +470,16 @@ class PositionSampler(wiring.Component):
             with m.If(flush):
                 m.d.comb += h_busy_next.eq(1)
                 m.d.sync += threshold_known.eq(0)
-            with m.If(h_busy & ~h_pending & ~threshold_known):
+            with m.If(h_busy & ~h_pending & ~threshold_answered & ~threshold_known):
                 m.d.comb += threshold.i.valid.eq(1)
                 with m.If(threshold.i.ready):
                     m.d.sync += h_pending.eq(1)
             m.d.comb += threshold.o.ready.eq(h_pending)
             with m.If(threshold.o.valid & h_pending):
-                m.d.sync += [h_pending.eq(0), threshold_known.eq(1),
+                m.d.sync += [h_pending.eq(0), threshold_answered.eq(1),
                              threshold_rejects.eq(h_low < threshold.o.payload)]
+            with m.If(threshold_answered):
+                m.d.sync += [threshold_answered.eq(0), threshold_known.eq(1)]
         # the threshold's answer, outside the mode's If: ``threshold_known`` is set only while a draw is
         # held in the drawing mode (and cleared here), so it alone is the condition, and no issue is
         # decided for the cycle (``h_busy_next`` is high until this one). The held draw's j is drawn
@@ -447,8 +489,7 @@ class PositionSampler(wiring.Component):
         with m.If(threshold_known):
             m.d.comb += [h_busy_next.eq(0), left_any_next.eq(h_left_any)]
             m.d.sync += [threshold_known.eq(0), left.eq(h_left), sure.eq(~threshold_rejects),
-                         next_c.eq(Mux(threshold_rejects, h_after_c, h_c)),
-                         keyed_c.eq(Mux(threshold_rejects, h_after_keyed, h_again_keyed))]
+                         next_c.eq(h_resume_c), keyed_c.eq(h_resume_keyed)]
         with m.If(issue[0]):
             m.d.sync += [left.eq(left - 1), sure.eq(0)]
             m.d.comb += left_any_next.eq(left != 1)
@@ -477,6 +518,8 @@ class PositionSampler(wiring.Component):
                                                                  Mux(up, reserved, reserved - 1))))),
         ]
         m.d.sync += reserved.eq(Mux(taken, if_taken, if_kept))
-        return {"name": name, "wants": wants, "drawing_next": drawing_next, "issue": issue, "flush": flush,
+        return {"name": name, "taken": request_taken, "wants_kept": wants_kept, "wants_taken": wants_taken,
+                "drawing_kept": drawing_kept, "drawing_taken": drawing_taken, "drawing_next": drawing_next,
+                "issue": issue, "flush": flush,
                 "s_valid": s_valid, "s_last": s_last,
                 "h_busy": h_busy, "degree": degree, "left": left, "next_c": next_c, "keyed_c": keyed_c, "sure": sure}

@@ -27,7 +27,7 @@ from .register_copies import register_copies
 from .rng import MIX32_LATENCY, mix32_pipelined
 from .tagged_read_stream import ReadPortSignature
 
-__all__ = ["FrontierPrefetcher", "FrontierNode", "IndptrPair", "nodes_ahead"]
+__all__ = ["FrontierPrefetcher", "FrontierNode", "IndptrPair", "indptr_tag_shape", "nodes_ahead"]
 
 #: A checked frontier entry: the id, whether it is below N, whether its read failed (at
 #: ``address``), and its RNG key H_v.
@@ -48,6 +48,16 @@ def nodes_ahead(config: KernelConfig) -> int:
     return max(2, config.outstanding_reads // 2)
 
 
+def indptr_tag_shape(data_width: int) -> data.StructLayout:
+    """The tag of an indptr read: whether it brings both words of the pair (``whole``), and then
+    which 64-bit word of the beat is the second (``end_word``; not in a 64-bit beat, which never
+    brings both)."""
+    fields = {"whole": 1}
+    if data_width > 64:
+        fields["end_word"] = (data_width // 64 - 1).bit_length()
+    return data.StructLayout(fields)
+
+
 class FrontierPrefetcher(KernelBlock):
     """Reads a hop's frontier ahead, checks the ids, computes their keys and reads their indptr pairs.
 
@@ -66,8 +76,9 @@ class FrontierPrefetcher(KernelBlock):
     -------
     frontier_reads : ``Out(ReadPortSignature())``
         Node-list reads (device memory).
-    indptr_reads : ``Out(ReadPortSignature(1, config.data_width))``
-        indptr reads (storage); the tag says the read brings both words of the pair.
+    indptr_reads : ``Out(ReadPortSignature(indptr_tag_shape(config.data_width), config.data_width))``
+        indptr reads (storage); the tag says the read brings both words of the pair, and where the
+        second is (so the answer's word select starts at the read engine's tag register).
     nodes : ``Out(stream.Signature(FrontierNode))``
     pairs : ``Out(stream.Signature(IndptrPair))``
         The indptr pairs of the in-range nodes, in frontier order.
@@ -92,7 +103,7 @@ class FrontierPrefetcher(KernelBlock):
         check_kernel_config(config)
         super().__init__(config, {
             "frontier_reads": Out(ReadPortSignature()),
-            "indptr_reads": Out(ReadPortSignature(1, config.data_width)),
+            "indptr_reads": Out(ReadPortSignature(indptr_tag_shape(config.data_width), config.data_width)),
             "nodes": Out(stream.Signature(FrontierNode)),
             "pairs": Out(stream.Signature(IndptrPair)),
             "active": In(1), "restart": In(1),
@@ -223,9 +234,13 @@ class FrontierPrefetcher(KernelBlock):
                                                       for x in ("valid", "in_range", "error", "second"))
         s1_address = Signal(64)
         start_address = self.indptr_base + prefetch_node * 8
-        # indptr[v + 1] in the same beat (not for 64-bit beats): one read brings both
-        same_beat = (start_address[3:(data_bytes.bit_length() - 1)] != ids_per_beat // 2 - 1
-                     if data_bytes > 8 else 0)
+        # indptr[v + 1] in the same beat (not for 64-bit beats): one read brings both. The word's
+        # place in its beat is worked out into stage 1 with the id, from the low bits of the base
+        # and the id: read from the 64-bit sum, it ran through the read's handshake, the stage's
+        # room and the answer's ready into the reservation count (``default``, ECP5 proxy: 12.4 ns)
+        index_bits = data_bytes.bit_length() - 4        # the word's place in a beat
+        s1_word = Signal(index_bits)
+        same_beat = s1_word != ids_per_beat // 2 - 1 if data_bytes > 8 else 0
         s1_done = Signal()
         m.d.comb += [ahead_in.node.eq(prefetch_node), ahead_in.in_range.eq(s1_in_range),
                      ahead_in.error.eq(s1_error), ahead_in.address.eq(s1_address)]
@@ -234,7 +249,9 @@ class FrontierPrefetcher(KernelBlock):
                          returned.eq(nodes_ahead_fifo.w_rdy)]
         with m.Elif(s1_valid & ~s1_second):
             m.d.comb += [port_a.request.valid.eq(nodes_ahead_fifo.w_rdy | ~same_beat),
-                         port_a.request.payload.eq(start_address), port_a.tag.eq(same_beat)]
+                         port_a.request.payload.eq(start_address), port_a.tag.whole.eq(same_beat)]
+            if data_bytes > 8:
+                m.d.comb += port_a.tag.end_word.eq(s1_word + 1)
             with m.If(port_a.request.valid & port_a.request.ready):
                 with m.If(same_beat):
                     m.d.comb += [nodes_ahead_fifo.w_en.eq(1), s1_done.eq(1)]
@@ -254,6 +271,9 @@ class FrontierPrefetcher(KernelBlock):
         with m.If(stage_free):
             m.d.sync += [s1_in_range.eq(in_range), s1_error.eq(arriving.error), s1_address.eq(arriving.address),
                          prefetch_node.eq(arriving_id)]
+            if data_bytes > 8:
+                low_sum = self.indptr_base[:3 + index_bits] + Cat(Const(0, 3), arriving_id[:index_bits])
+                m.d.sync += s1_word.eq(low_sum[3:3 + index_bits])
         with m.If(prefetching & room):
             m.d.comb += mem.response.ready.eq(1)
             with m.If(mem.response.valid):
@@ -270,11 +290,10 @@ class FrontierPrefetcher(KernelBlock):
         pair_stage = Signal(IndptrPair)     # the pair being queued, its degree subtracted
         pair_staged = Signal()
         answer = port_a.response.payload
-        if data_bytes > 8:
-            next_word = port_a.beat.word_select(answer.address[3:data_bytes.bit_length() - 1] + 1, 64)
-        else:
-            next_word = answer.data
-        whole = port_a.answer_tag
+        # (the second word's place comes with the tag, from the engine's tag register: worked out
+        # from the answer's address, its select started at the in-flight FIFO's LUT-RAM read)
+        next_word = port_a.beat.word_select(port_a.answer_tag.end_word, 64) if data_bytes > 8 else answer.data
+        whole = port_a.answer_tag.whole
         paired = Signal()
         # (both degrees are subtracted and one picked by the tag: the tag, read from the engine's
         # LUT-RAM tags FIFO, no longer selects the operands of a 64-bit carry chain)

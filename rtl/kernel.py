@@ -46,7 +46,7 @@ from .command_sequencer import BUS_SWITCH_GROUP, IMAGE_WORDS, SUPPORTED_FLAGS, C
 from .control import CONTROL_ADDRESS_WIDTH, ControlRegisters
 from .edge_streamer import SAMPLERS_PER_LANE, EdgeStreamer, ids_tag_shape
 from .feature_aggregator import FeatureAggregator
-from .frontier_prefetcher import FrontierPrefetcher
+from .frontier_prefetcher import FrontierPrefetcher, indptr_tag_shape
 from .job_dispatcher import JobDispatcher
 from .read_stream import ReadStream
 from .reset_copy import global_reset, reset_copy
@@ -183,7 +183,8 @@ class SamplerKernel(wiring.Component):
         # read engines: storage (the sequencer's header reads, then the prefetcher's indptr reads,
         # tagged: a read that brings both words of a pair), one per lane (tagged with its ids),
         # device memory (the descriptor, then the frontier)
-        storage = _add_block(m, platform, "storage_reader", TaggedReadStream(cfg.data_width, cfg.outstanding_reads, 1))
+        storage = _add_block(m, platform, "storage_reader", TaggedReadStream(cfg.data_width, cfg.outstanding_reads,
+                                                                    indptr_tag_shape(cfg.data_width)))
         lane_readers = [TaggedReadStream(cfg.data_width, cfg.outstanding_reads, ids_tag_shape(cfg.data_width))
                         for _ in range(lanes)]
         for lane, reader in enumerate(lane_readers):

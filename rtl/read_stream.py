@@ -72,7 +72,13 @@ class ReadStream(wiring.Component):
         bus = self.bus
         # (its ready flags are flip-flops: the FIFO's level compare sat in front of every answer's
         # valid, e.g. 9.6 ns from the memory reader into the sequencer's descriptor words on the proxy)
-        m.submodules.in_flight = in_flight = FreeSlotFIFO(width=ADDRESS_WIDTH, depth=self.outstanding)
+        # The addresses wait rotated by three bits, their word index in the low bits, which the FIFO
+        # keeps in flip-flops too: the word select starts at a register, not at the LUT-RAM's read
+        # (the ``default`` build's worst path on the ECP5 proxy, 16.0 ns into the prefetcher, 8.3 ns
+        # of it the read pointer to the RAM and its output to the beat's multiplexers)
+        index_bits = size_log2 - 3
+        m.submodules.in_flight = in_flight = FreeSlotFIFO(width=ADDRESS_WIDTH, depth=self.outstanding,
+                                                          head_bits=index_bits)
 
         # The request is registered before ARVALID, in a skid buffer: the handshake with the producer
         # is atomic, ARADDR holds while ARVALID is high whatever the producer does next, and the
@@ -90,14 +96,11 @@ class ReadStream(wiring.Component):
             bus.arvalid.eq(requests.o.valid & in_flight.w_rdy),
             address_fire.eq(bus.arvalid & bus.arready),
             requests.o.ready.eq(address_fire),
-            in_flight.w_data.eq(requests.o.payload),
+            in_flight.w_data.eq(requests.o.payload.rotate_right(3)),
             in_flight.w_en.eq(address_fire),
         ]
-        address = in_flight.r_data
-        if data_bytes == 8:
-            word = bus.rdata
-        else:
-            word = bus.rdata.word_select(address[3:size_log2], 64)
+        address = in_flight.r_data.rotate_left(3)
+        word = bus.rdata.word_select(in_flight.r_head, 64) if index_bits else bus.rdata
         m.d.comb += [
             self.response.valid.eq(bus.rvalid & in_flight.r_rdy),
             self.response.payload.data.eq(word),

@@ -122,7 +122,9 @@ class TaggedReadStream(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.reader = reader = self._reader
-        tags = FreeSlotFIFO(width=Shape.cast(self._tag_shape).width, depth=self.outstanding)
+        # (the head's tag from a register: a consumer's logic picked by it starts at a flip-flop)
+        tag_bits = Shape.cast(self._tag_shape).width
+        tags = FreeSlotFIFO(width=tag_bits, depth=self.outstanding, head_bits=tag_bits)
         m.submodules.tags = ResetInserter(self.clear)(tags)
         wiring.connect(m, wiring.flipped(self.bus), reader.bus)
         port = self.port
@@ -133,7 +135,7 @@ class TaggedReadStream(wiring.Component):
             tags.w_data.eq(port.tag),
             tags.w_en.eq(reader.request.valid & reader.request.ready),
             port.response.payload.eq(reader.response.payload),
-            port.answer_tag.eq(tags.r_data),
+            port.answer_tag.eq(tags.r_head),
             port.beat.eq(reader.beat),
             port.response.valid.eq(reader.response.valid & tags.r_rdy),
             # a command that ends early drains its reads with the tags already cleared

@@ -34,7 +34,7 @@ from amaranth.sim import Simulator
 
 from smartsage.rtl.command_sequencer import IMAGE_WORDS, CommandSequencer
 from smartsage.rtl.edge_streamer import EdgeStreamer, ids_tag_shape
-from smartsage.rtl.frontier_prefetcher import FrontierPrefetcher
+from smartsage.rtl.frontier_prefetcher import FrontierPrefetcher, indptr_tag_shape
 from smartsage.rtl.job_dispatcher import JOBS_PER_LANE, JobDispatcher
 from smartsage.rtl.node_list_collector import NodeListCollector
 from smartsage.rtl.read_stream import ReadStream
@@ -413,7 +413,7 @@ def test_frontier_prefetcher_checks_ids_keys_and_indptr_pairs(config_name, wide,
 
     prefetcher = FrontierPrefetcher(config)
     mem = ReadStream(config.data_width, config.outstanding_reads)
-    storage_reader = TaggedReadStream(config.data_width, config.outstanding_reads, 1)
+    storage_reader = TaggedReadStream(config.data_width, config.outstanding_reads, indptr_tag_shape(config.data_width))
     m = Module()
     m.submodules.prefetcher, m.submodules.mem, m.submodules.storage = prefetcher, mem, storage_reader
     wiring.connect(m, prefetcher.frontier_reads.request, mem.request)

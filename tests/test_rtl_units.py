@@ -791,6 +791,8 @@ def test_parameter_validation_messages():
         for bad in ({"width": 0, "depth": 4}, {"width": 8, "depth": 0}, {"width": 8, "depth": 2.5}):
             with pytest.raises(TypeError, match="FIFO (width|depth) must be a positive integer"):
                 FreeSlotFIFO(**bad)
+        with pytest.raises(TypeError, match=r"FIFO head bits must be an integer in 0..width \(8\), not 9"):
+            FreeSlotFIFO(width=8, depth=2, head_bits=9)
         gc.collect()
 
 
@@ -815,8 +817,9 @@ def test_docs_register_table_is_current():
 def test_free_slot_fifo_behaves_as_sync_fifo(depth):
     """FreeSlotFIFO (its memory written in every cycle at the free slot) against Amaranth's SyncFIFO
     of the same depth, cycle by cycle, under random writes and reads: the same ready flags, levels
-    and head (whenever there is one), full and empty included; and its ``next_flag`` is, whenever
-    the head leaves and another entry follows, the flag written with that entry."""
+    and head (whenever there is one), full and empty included; its ``next_flag`` is, whenever
+    the head leaves and another entry follows, the flag written with that entry; and its ``r_head``
+    register is the head's low bits whenever there is a head."""
     from collections import deque
 
     from amaranth.lib.fifo import SyncFIFO
@@ -826,7 +829,7 @@ def test_free_slot_fifo_behaves_as_sync_fifo(depth):
     seed = _seed()
     rng = random.Random(seed)
     m = Module()
-    m.submodules.ours = ours = FreeSlotFIFO(width=12, depth=depth, next_flag=True)
+    m.submodules.ours = ours = FreeSlotFIFO(width=12, depth=depth, next_flag=True, head_bits=5)
     m.submodules.theirs = theirs = SyncFIFO(width=12, depth=depth)
     seen = {"full": 0, "empty": 0, "reads": 0, "flags": 0}
     flags = deque()   # the flags of the entries held, oldest first
@@ -853,6 +856,7 @@ def test_free_slot_fifo_behaves_as_sync_fifo(depth):
             assert ctx.get(ours.level) == ctx.get(theirs.level)
             if ctx.get(theirs.r_rdy):
                 assert ctx.get(ours.r_data) == ctx.get(theirs.r_data)
+                assert ctx.get(ours.r_head) == ctx.get(theirs.r_data) & 0x1F
                 seen["reads"] += r_en
             seen["full"] += ctx.get(theirs.level) == depth
             seen["empty"] += ctx.get(theirs.level) == 0

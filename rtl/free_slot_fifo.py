@@ -34,7 +34,7 @@ class FreeSlotFIFO(wiring.Component):
         behind the memory's read.
     head_bits : int
         Add ``r_head``: the head entry's low ``head_bits`` bits, from a register (the entries' low bits
-        are kept in flip-flops too), for a consumer whose wide logic they select: a read engine's
+        are kept in a shift register too), for a consumer whose wide logic they select: a read engine's
         word select from the in-flight FIFO's LUT-RAM read was 8.3 ns of the ``default`` build's
         16.0 ns worst path on the ECP5 proxy (the read pointer to the RAM, and the RAM's output
         across the die to the beat's multiplexers).
@@ -106,27 +106,29 @@ class FreeSlotFIFO(wiring.Component):
         # samplers' flags, were 8.2-8.3 ns paths of the whole kernel's ECP5 proxy)
         level_up, level_down = self.level + 1, self.level - 1
         m.d.sync += self.level.eq(Mux(push == pop, self.level, Mux(push, level_up, level_down)))
-        # the slot behind the head (a register stepped with the read pointer)
-        r_next = Signal(range(slots), init=1 % slots)
-        with m.If(pop):
-            m.d.sync += r_next.eq(Mux(r_next == slots - 1, 0, r_next + 1))
         if self._next_flag:
-            # the flags in flip-flops, one per slot, read at the slot behind the head
+            # the flags in flip-flops, one per slot, read at the slot behind the head (a register
+            # stepped with the read pointer)
             flags = Signal(slots)
+            r_next = Signal(range(slots), init=1 % slots)
             with m.If(push):
                 m.d.sync += flags.bit_select(w_ptr, 1).eq(self.w_flag)
+            with m.If(pop):
+                m.d.sync += r_next.eq(Mux(r_next == slots - 1, 0, r_next + 1))
             m.d.comb += self.next_flag.eq(Mux(self.level == 1, self.w_flag, flags.bit_select(r_next, 1)))
         if self._head_bits:
-            # the entries' low bits in flip-flops, one field per slot; the head's register takes the
-            # field behind the head as the head leaves (or the one written now, when the head was
-            # alone), and follows the input while the FIFO is empty
+            # the entries' low bits also in a shift register of ``depth`` fields whose first is the
+            # head's: a read shifts it by one, a write fills the field after the last held. No field
+            # is picked by a pointer (an 18-entry pick by the slot behind the head, in front of the
+            # head's register, was a 10.5 ns path of ``small``'s ECP5 proxy)
             bits = self._head_bits
-            fields = Signal(slots * bits)
             low = self.w_data[:bits]
-            with m.If(push):
-                m.d.sync += fields.word_select(w_ptr, bits).eq(low)
-            with m.If(pop):
-                m.d.sync += self.r_head.eq(Mux(self.level == 1, low, fields.word_select(r_next, bits)))
-            with m.Elif(~self.r_rdy):
-                m.d.sync += self.r_head.eq(low)
+            fields = [Signal(bits, name=f"head_field{i}") for i in range(self._depth)]
+            for i, field in enumerate(fields):
+                following = fields[i + 1] if i + 1 < self._depth else low
+                with m.If(pop):
+                    m.d.sync += field.eq(Mux(push & (self.level == i + 1), low, following))
+                with m.Elif(push & (self.level == i)):
+                    m.d.sync += field.eq(low)
+            m.d.comb += self.r_head.eq(fields[0])
         return m

@@ -29,6 +29,10 @@ class ReadStream(wiring.Component):
         AXI data width in bits (64..512).
     outstanding : int
         Reads in flight at most (KernelConfig.outstanding_reads).
+    answer_register : bool
+        Register the R channel (a :class:`StreamBuffer` of RDATA and RRESP, an AXI register slice:
+        RREADY is a flip-flop): an answer leaves a cycle later, its word selected from flip-flops
+        that the placer may put beside the requester, not at the bus's far end.
 
     Members
     -------
@@ -44,11 +48,12 @@ class ReadStream(wiring.Component):
         No read in flight.
     """
 
-    def __init__(self, data_width: int, outstanding: int):
+    def __init__(self, data_width: int, outstanding: int, *, answer_register: bool = False):
         self._data_width = check_data_width(data_width)
         if not isinstance(outstanding, int) or not 1 <= outstanding <= 256:
             raise ValueError(f"Outstanding reads must be an integer in 1..256, not {outstanding!r}")
         self._outstanding = outstanding
+        self._answer_register = answer_register
         super().__init__({
             "request": In(stream.Signature(ADDRESS_WIDTH)),
             "response": Out(stream.Signature(StreamWord)),
@@ -99,16 +104,24 @@ class ReadStream(wiring.Component):
             in_flight.w_data.eq(requests.o.payload.rotate_right(3)),
             in_flight.w_en.eq(address_fire),
         ]
+        if self._answer_register:
+            beats = StreamBuffer(data.StructLayout({"data": self.data_width, "resp": len(bus.rresp)}))
+            m.submodules.answer_register = beats
+            m.d.comb += [beats.i.valid.eq(bus.rvalid), beats.i.payload.data.eq(bus.rdata),
+                         beats.i.payload.resp.eq(bus.rresp), bus.rready.eq(beats.i.ready)]
+            r_valid, r_data, r_resp, r_ready = beats.o.valid, beats.o.payload.data, beats.o.payload.resp, beats.o.ready
+        else:
+            r_valid, r_data, r_resp, r_ready = bus.rvalid, bus.rdata, bus.rresp, bus.rready
         address = in_flight.r_data.rotate_left(3)
-        word = bus.rdata.word_select(in_flight.r_head, 64) if index_bits else bus.rdata
+        word = r_data.word_select(in_flight.r_head, 64) if index_bits else r_data
         m.d.comb += [
-            self.response.valid.eq(bus.rvalid & in_flight.r_rdy),
+            self.response.valid.eq(r_valid & in_flight.r_rdy),
             self.response.payload.data.eq(word),
-            self.beat.eq(bus.rdata),
+            self.beat.eq(r_data),
             self.response.payload.address.eq(address),
-            self.response.payload.error.eq(bus.rresp != RESP_OKAY),
-            bus.rready.eq(self.response.ready & in_flight.r_rdy),
-            in_flight.r_en.eq(bus.rvalid & bus.rready),
+            self.response.payload.error.eq(r_resp != RESP_OKAY),
+            r_ready.eq(self.response.ready & in_flight.r_rdy),
+            in_flight.r_en.eq(r_valid & r_ready),
             self.idle.eq(~in_flight.r_rdy & requests.idle),
         ]
         return m

@@ -82,6 +82,12 @@ class TaggedReadStream(wiring.Component):
         Reads in flight at most.
     tag_shape : shape-castable
         What travels with a read.
+    tag_register : bool
+        The answer's tag from a register (a shift register of the tags beside the FIFO's LUT RAM),
+        for a requester whose logic the tag selects (the prefetcher's pair words); else from the
+        LUT RAM's read.
+    answer_register : bool
+        :class:`ReadStream`'s: the R channel registered.
 
     Members
     -------
@@ -96,9 +102,11 @@ class TaggedReadStream(wiring.Component):
         No read in flight.
     """
 
-    def __init__(self, data_width: int, outstanding: int, tag_shape):
-        self._reader = ReadStream(data_width, outstanding)  # checks both
+    def __init__(self, data_width: int, outstanding: int, tag_shape, *, tag_register: bool = False,
+                 answer_register: bool = False):
+        self._reader = ReadStream(data_width, outstanding, answer_register=answer_register)  # checks both
         self._tag_shape = tag_shape
+        self._tag_register = tag_register
         super().__init__({
             "port": In(ReadPortSignature(tag_shape, data_width)),
             "bus": Out(AxiReadSignature(data_width)),
@@ -122,9 +130,8 @@ class TaggedReadStream(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.reader = reader = self._reader
-        # (the head's tag from a register: a consumer's logic picked by it starts at a flip-flop)
         tag_bits = Shape.cast(self._tag_shape).width
-        tags = FreeSlotFIFO(width=tag_bits, depth=self.outstanding, head_bits=tag_bits)
+        tags = FreeSlotFIFO(width=tag_bits, depth=self.outstanding, head_bits=tag_bits if self._tag_register else 0)
         m.submodules.tags = ResetInserter(self.clear)(tags)
         wiring.connect(m, wiring.flipped(self.bus), reader.bus)
         port = self.port
@@ -135,7 +142,7 @@ class TaggedReadStream(wiring.Component):
             tags.w_data.eq(port.tag),
             tags.w_en.eq(reader.request.valid & reader.request.ready),
             port.response.payload.eq(reader.response.payload),
-            port.answer_tag.eq(tags.r_head),
+            port.answer_tag.eq(tags.r_head if self._tag_register else tags.r_data),
             port.beat.eq(reader.beat),
             port.response.valid.eq(reader.response.valid & tags.r_rdy),
             # a command that ends early drains its reads with the tags already cleared

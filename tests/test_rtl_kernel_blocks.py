@@ -94,15 +94,17 @@ def _consumer(port, rng: random.Random, stall: float, taken: list, fields=None):
 
 # ---- the tagged read stream
 
-@pytest.mark.parametrize("data_width, stall", [(64, 0.3), (512, 0.5)])
-def test_tagged_read_stream_returns_each_tag_with_its_answer(data_width, stall):
+@pytest.mark.parametrize("data_width, stall, registers", [(64, 0.3, False), (512, 0.5, True), (512, 0.3, False),
+                                                           (64, 0.1, True)])
+def test_tagged_read_stream_returns_each_tag_with_its_answer(data_width, stall, registers):
     """Random addresses and tags under AR/R and consumer stalls: the answers come in order, each with
-    its tag, word and beat; with ``clear`` and ``drain`` the reads in flight are taken and dropped."""
+    its tag, word and beat, with and without the tag and answer registers; with ``clear`` and
+    ``drain`` the reads in flight are taken and dropped."""
     seed = _seed()
     rng = random.Random(seed)
     beat_bytes = data_width // 8
     memory = bytearray(rng.getrandbits(8) for _ in range(8192))
-    dut = TaggedReadStream(data_width, 8, range(17))
+    dut = TaggedReadStream(data_width, 8, range(17), tag_register=registers, answer_register=registers)
     reads = [(rng.randrange(0, 8192 // 8) * 8, rng.randrange(17)) for _ in range(150)]
     answers, requests = [], []
 
@@ -413,7 +415,8 @@ def test_frontier_prefetcher_checks_ids_keys_and_indptr_pairs(config_name, wide,
 
     prefetcher = FrontierPrefetcher(config)
     mem = ReadStream(config.data_width, config.outstanding_reads)
-    storage_reader = TaggedReadStream(config.data_width, config.outstanding_reads, indptr_tag_shape(config.data_width))
+    storage_reader = TaggedReadStream(config.data_width, config.outstanding_reads, indptr_tag_shape(config.data_width),
+                                      tag_register=True, answer_register=True)
     m = Module()
     m.submodules.prefetcher, m.submodules.mem, m.submodules.storage = prefetcher, mem, storage_reader
     wiring.connect(m, prefetcher.frontier_reads.request, mem.request)

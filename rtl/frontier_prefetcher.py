@@ -295,8 +295,8 @@ class FrontierPrefetcher(KernelBlock):
         next_word = port_a.beat.word_select(port_a.answer_tag.end_word, 64) if data_bytes > 8 else answer.data
         whole = port_a.answer_tag.whole
         paired = Signal()
-        # (both degrees are subtracted and one picked by the tag: the tag, read from the engine's
-        # LUT-RAM tags FIFO, no longer selects the operands of a 64-bit carry chain)
+        # (both degrees are subtracted and one picked by the tag: the tag no longer selects the
+        # operands of a 64-bit carry chain)
         pair_start = Signal(64)     # indptr[v], as staged (the next stage works out its edge address)
         m.d.comb += [pair_start.eq(Mux(whole, answer.data, first_half.data)),
                      pair_in.end.eq(Mux(whole, next_word, answer.data)),

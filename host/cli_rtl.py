@@ -9,7 +9,9 @@
   ``kernel`` (the same logic, another netlist), synthesized once per salt and placed once per seed, with
   the mean over salts x seeds: the names alone move the figure as much as the seed does, so designs are
   ranked on that mean. With ``--block NAME``: one block alone on the timing proxy (minutes instead of
-  the whole kernel's tens of minutes), on each ``--seed`` and ``--salt`` too.
+  the whole kernel's tens of minutes), on each ``--seed`` and ``--salt`` too. A run whose place and
+  route fails (nextpnr's error, or its time out) is reported as failed beside the others' figures, and
+  the command then exits with status 1.
 - ``smartsage rtl formal [--check NAME ...] -o DIR``: the SymbiYosys checks of smartsage.rtl.formal.
 - ``smartsage rtl package --config NAME --platform P -o DIR``: package_xo Tcl, v++ link config and README
   for Vitis (smartsage.host.cli_package).
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import pathlib
+import sys
 
 from smartsage.spec.config import CONFIGS, get_config
 
@@ -114,7 +117,11 @@ def _synth(args: argparse.Namespace) -> int:
         reports = synth.time_blocks(args.block, config, args.output, seeds=seeds, salts=salts)
         for report in reports:
             salt = f", salt {report.salt}" if args.salts else ""
-            print(f"{report.config}{f' (seed {report.seed}{salt})' if args.seeds or args.salts else ''}: "
+            run = f"{report.config}{f' (seed {report.seed}{salt})' if args.seeds or args.salts else ''}"
+            if report.failure is not None:
+                print(f"{run}: failed: {report.failure}")
+                continue
+            print(f"{run}: "
                   f"{report.fmax_mhz:.1f} MHz (target {report.target_mhz:g}, speed grade "
                   f"{report.speed_grade}); critical path {report.critical_from} -> {report.critical_to}, "
                   f"{report.logic_levels} logic levels, {report.critical_ns:.1f} ns")
@@ -124,12 +131,22 @@ def _synth(args: argparse.Namespace) -> int:
             which = "Placement seeds and name salts: " if any(salts) else "Placement seeds: "
             for name in args.block:
                 print(which + synth.seed_summary([r for r in reports if r.config == f"{config.name} {name}"]))
-        return 0
+        return _failed_runs(reports)
     configs = args.config or ["small", "default"]
     timing = [] if args.no_timing else (args.timing_config or ["small"])
-    synth.run_synth(args.output, configs, timing, seeds=seeds, salts=salts)
+    results = synth.run_synth(args.output, configs, timing, seeds=seeds, salts=salts)
     print((args.output / "report.md").read_text(), end="")
-    return 0
+    return _failed_runs(results["timing"])
+
+
+def _failed_runs(reports) -> int:
+    """The exit status of a timing run: 1 where a place and route failed (each failed run is in the
+    report, the others' figures with it), after saying so on stderr."""
+    failed = [r for r in reports if r.failure is not None]
+    for r in failed:
+        print(f"error: the place and route of {r.config} (seed {r.seed}, salt {r.salt}) failed: {r.failure}",
+              file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _formal(args: argparse.Namespace) -> int:

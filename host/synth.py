@@ -363,16 +363,17 @@ def scan_harness(component, clock: str | None = None, salt: int = 0):
 
 @dataclasses.dataclass
 class TimingReport:
-    """nextpnr-ecp5's verdict for one configuration."""
+    """nextpnr-ecp5's verdict for one configuration: its figures, or (``failure``) why it has none."""
 
     config: str
-    fmax_mhz: float
+    #: None on a failed run (as are ``critical_ns`` and ``logic_levels``).
+    fmax_mhz: float | None
     target_mhz: float
     critical_from: str
     critical_to: str
     critical_nets: list[str]
-    logic_levels: int
-    critical_ns: float
+    logic_levels: int | None
+    critical_ns: float | None
     utilization: dict[str, tuple[int, int]]
     seconds: float
     speed_grade: int = ECP5_SPEED_GRADE
@@ -387,10 +388,20 @@ class TimingReport:
     failing_endpoints: int | None = None
     #: The salt's netlist up to its names (:func:`netlist_digest`); None where not worked out.
     netlist: str | None = None
+    #: Why the place and route gave no figures (nextpnr's error lines, or its time running out); None
+    #: on a run that routed.
+    failure: str | None = None
 
     @property
     def meets_target(self) -> bool:
-        return self.fmax_mhz >= self.target_mhz
+        return self.failure is None and self.fmax_mhz >= self.target_mhz
+
+    @classmethod
+    def failed(cls, config: str, target_mhz: float, seed: int, failure: str, seconds: float,
+               salt: int = 0) -> TimingReport:
+        """A run that placed and routed nothing usable: no figures, only ``failure``."""
+        return cls(config, None, target_mhz, "", "", [], None, None, {}, seconds, seed=seed, salt=salt,
+                   failure=failure)
 
 
 def _kernel_name(cell: str) -> str:
@@ -533,9 +544,31 @@ def _seed_sweep(harness, name, out_dir, seeds, target_mhz, timeout, placer, jobs
         for salt, (synth_dir, synthesis) in netlists.items():
             synth_seconds = synthesis.result()
             digests[salt] = netlist_digest(synth_dir / "ecp5.json", salt)
-            routed += [(salt, pool.submit(_place_route, synth_dir, runs[salt, seed][1], name, target_mhz, seed,
-                                          timeout, placer, synth_seconds)) for seed in seeds]
+            routed += [(salt, pool.submit(_place_route_or_fail, synth_dir, runs[salt, seed][1], name, target_mhz,
+                                          seed, timeout, placer, synth_seconds)) for seed in seeds]
         return [dataclasses.replace(run.result(), salt=salt, netlist=digests[salt]) for salt, run in routed]
+
+
+def _place_route_or_fail(synth_dir: pathlib.Path, sub: str, name, target_mhz, seed, timeout, placer,
+                         synth_seconds) -> TimingReport:
+    """:func:`_place_route`, or a failed report (:meth:`TimingReport.failed`) where nextpnr stops
+    with an error (router2 once failed to route a reset promoted to a global net on one salt and seed
+    of `small`, 2026-12-06), gives no figures, or runs out of ``timeout``: one run's failure is that
+    run's, and the sweep's other runs keep their reports. A design that does not fit the device
+    (:class:`DoesNotFit`) fails every run alike and is raised."""
+    started = time.monotonic()
+    try:
+        return _place_route(synth_dir, sub, name, target_mhz, seed, timeout, placer, synth_seconds)
+    except DoesNotFit:
+        raise
+    except subprocess.TimeoutExpired:
+        failure = f"place and route ran out of its {timeout:g} s"
+    except SynthError as error:
+        log = synth_dir / sub / "nextpnr.log"
+        text = log.read_text(errors="replace") if log.exists() else ""
+        errors = [line.strip() for line in text.splitlines() if line.startswith("ERROR:")]
+        failure = " ".join(errors) or str(error).splitlines()[0]
+    return TimingReport.failed(name, target_mhz, seed, failure, synth_seconds + time.monotonic() - started)
 
 
 def _plural(count: int, noun: str) -> str:
@@ -551,15 +584,27 @@ def seed_summary(reports: list[TimingReport]) -> str:
     A run is named by its seed, and by its salt too when any run's salt is not 0 (a sweep of salt 0 alone
     reads as it did before salts). When the runs' netlists are known (:func:`netlist_digest`) and some
     salts gave the same one, the line says how many netlists the runs had: such runs differ by their
-    seed only, and the spread understates the design's."""
-    fmax = [r.fmax_mhz for r in reports]
-    failing = [r.failing_endpoints for r in reports]
+    seed only, and the spread understates the design's.
+
+    A failed run (:meth:`TimingReport.failed`) reads as ``failed`` in the list; the figures are over the
+    runs that routed (the line says how many of all), and the failures and their causes end the line."""
     salted = any(r.salt for r in reports)
-    per_run = ", ".join(f"{r.fmax_mhz:.2f} (seed {r.seed}{f', salt {r.salt}' if salted else ''})" for r in reports)
+
+    def which(r):
+        return f"seed {r.seed}{f', salt {r.salt}' if salted else ''}"
+
+    routed = [r for r in reports if r.failure is None]
+    failures = "; failed: " + ", ".join(f"{which(r)} ({r.failure})" for r in reports if r.failure is not None)
+    if not routed:
+        return f"{reports[0].config}: every run failed{failures[len('; failed'):]}"
+    fmax = [r.fmax_mhz for r in routed]
+    failing = [r.failing_endpoints for r in routed]
+    per_run = ", ".join(f"{r.fmax_mhz:.2f} ({which(r)})" if r.failure is None else f"failed ({which(r)})"
+                        for r in reports)
     if salted:
         salts, seeds = len({r.salt for r in reports}), len({r.seed for r in reports})
         grid = " x " if salts * seeds == len(reports) else ", "   # a full grid, as the sweeps run it
-        over = f"{_plural(len(fmax), 'run')} ({_plural(salts, 'salt')}{grid}{_plural(seeds, 'seed')})"
+        over = f"{_plural(len(reports), 'run')} ({_plural(salts, 'salt')}{grid}{_plural(seeds, 'seed')})"
         digests = [r.netlist for r in reports]
         if None not in digests and len(set(digests)) < salts:
             alike = []
@@ -569,14 +614,16 @@ def seed_summary(reports: list[TimingReport]) -> str:
                     alike.append("salts " + ", ".join(map(str, shared)))
             over = over[:-1] + f"; {_plural(len(set(digests)), 'netlist')}, {' and '.join(alike)} alike)"
     else:
-        over = _plural(len(fmax), "seed")
+        over = _plural(len(reports), "seed")
+    if len(routed) < len(reports):
+        over = f"{_plural(len(routed), 'routed run')} of {over}"
     spread = f" (sd {statistics.stdev(fmax):.2f})" if len(fmax) > 1 else ""
     line = (f"{reports[0].config}: {per_run}; mean {sum(fmax) / len(fmax):.2f}{spread}, min {min(fmax):.2f}, "
             f"max {max(fmax):.2f} MHz over {over}")
     if None not in failing:
         line += (f"; endpoints missing {reports[0].target_mhz:g} MHz: {', '.join(map(str, failing))} "
                  f"(mean {sum(failing) / len(failing):.1f})")
-    return line
+    return line + (failures if len(routed) < len(reports) else "")
 
 
 def timing_block(component, name: str, out_dir: str | os.PathLike, target_mhz: float = ECP5_PROXY_MHZ,
@@ -874,10 +921,13 @@ def report_markdown(results: dict) -> str:
                  if sum(u.config == t.config for u in results["timing"]) > 1}
         salted = {t.config for t in results["timing"] if t.salt}
         for t in results["timing"]:
+            label = _seed_label(t, swept, "", salted)
+            if t.failure is not None:
+                parts.append(f"| {label} | failed | {t.target_mhz:g} | | | | {t.failure} | | | | | {t.seconds:.0f} s |")
+                continue
             comb = t.utilization.get("TRELLIS_COMB", (0, 0))
             dsp = t.utilization.get("MULT18X18D", (0, 0))
             through = ", ".join(f"`{n}`" for n in t.critical_nets[:6]) or "-"
-            label = _seed_label(t, swept, "", salted)
             failing = "-" if t.failing_endpoints is None else f"{t.failing_endpoints:,}"
             parts.append(f"| {label} | {t.fmax_mhz:.1f} | {t.target_mhz:g} | {failing} | `{t.critical_from}` | "
                          f"`{t.critical_to}` | {through} | {t.logic_levels} | {t.critical_ns:.1f} | "

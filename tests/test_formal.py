@@ -95,3 +95,20 @@ def test_cli_refuses_no_jobs(tmp_path, capsys):
     assert exit_info.value.code != 0
     assert "must be 1 or more, not 0" in capsys.readouterr().err   # the cause, named
     assert not (tmp_path / "control").exists()                    # nothing was run
+
+
+def test_a_check_that_times_out_leaves_no_solver_running(tmp_path):
+    """A check stopped by its timeout ends every process sby started: sby runs each engine's smtbmc
+    (and its z3) in a process group of its own, which outlived sby's group being killed."""
+    import pathlib
+
+    result = formal.run_check(formal.CHECKS["sequencer_writes"], tmp_path, timeout=15)
+    assert result.status == "ERROR" and "TIMEOUT after 15 s" in result.log
+    left = []
+    for cwd in pathlib.Path("/proc").glob("[0-9]*/cwd"):
+        try:
+            if str(cwd.resolve()).startswith(str(tmp_path.resolve())):
+                left.append(cwd.parent.name)
+        except OSError:
+            continue
+    assert not left, f"processes still running in the check's folder: {left}"

@@ -315,6 +315,21 @@ def run_check(check: FormalCheck, workdir: str | os.PathLike, variant: str | Non
     return FormalResult(check.name, variant, check.mode, check.depth, status, seconds, log, workdir / tag, cpu)
 
 
+def _kill_session(session: int) -> None:
+    """Kill every process of ``session`` (sby's, started as a session leader). sby starts each engine
+    in a process group of its own, so killing sby's group left the engines' smtbmc and z3 running on
+    after a timeout, reparented to init (seen at 98% CPU an hour later, 2026-12-06); the session holds
+    them all. Read from /proc (Linux); elsewhere sby's group only."""
+    os.killpg(session, signal.SIGKILL)
+    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            # the fields after the command's closing parenthesis: state, ppid, pgrp, session, ...
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[3]) == session:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(int(stat.parent.name), signal.SIGKILL)
+
+
 def _run_sby(check: FormalCheck, top: Harness, workdir: pathlib.Path, tag: str, tools, env, timeout: float):
     """One SymbiYosys run of harness ``top`` in ``workdir``: (status, log)."""
     sby, yosys, smtbmc = tools
@@ -333,7 +348,7 @@ def _run_sby(check: FormalCheck, top: Harness, workdir: pathlib.Path, tag: str, 
     try:
         log, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        _kill_session(proc.pid)
         log, _ = proc.communicate()
         log += f"\nTIMEOUT after {timeout:.0f} s\n"
     status = "ERROR"

@@ -304,6 +304,10 @@ def run_check(check: FormalCheck, workdir: str | os.PathLike, variant: str | Non
                                    f"{tag}_{name}", (sby, yosys, smtbmc), env, max(left, 1.0))
             logs.append(f"==== part {i} ({name}): {status}\n{log}")
             if status != "PASS":
+                if _timed_out(log):
+                    # the part's own line gives what was left for it; name the check's whole budget too
+                    logs.append(f"TIMEOUT after {timeout:.0f} s: the check's budget ran out in part {i} "
+                                f"({name}), which had {max(left, 1.0):.0f} s of it")
                 break
         log = "\n".join(logs)
     cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -315,19 +319,39 @@ def run_check(check: FormalCheck, workdir: str | os.PathLike, variant: str | Non
     return FormalResult(check.name, variant, check.mode, check.depth, status, seconds, log, workdir / tag, cpu)
 
 
-def _kill_session(session: int) -> None:
-    """Kill every process of ``session`` (sby's, started as a session leader). sby starts each engine
-    in a process group of its own, so killing sby's group left the engines' smtbmc and z3 running on
-    after a timeout, reparented to init (seen at 98% CPU an hour later, 2026-12-06); the session holds
-    them all. Read from /proc (Linux); elsewhere sby's group only."""
+def _timed_out(log: str) -> bool:
+    return "\nTIMEOUT after " in log
+
+
+def _kill_session(session: int, wait: float = 10.0) -> None:
+    """Kill every process of ``session`` (sby's, started as a session leader) and wait until they are
+    gone. sby starts each engine in a process group of its own, so killing sby's group left the engines'
+    smtbmc and z3 running on after a timeout, reparented to init (seen at 98% CPU an hour later,
+    2026-12-06); the session holds them all. SIGKILL is delivered asynchronously: a process killed a
+    moment ago can still be listed, so poll until only zombies (if any) are left or ``wait`` seconds
+    pass. Read from /proc (Linux); elsewhere sby's group only."""
     os.killpg(session, signal.SIGKILL)
+    deadline = time.monotonic() + wait
+    while True:
+        alive = [pid for pid, state in _session_members(session) if state != "Z"]
+        if not alive or time.monotonic() > deadline:
+            return
+        for pid in alive:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+
+
+def _session_members(session: int) -> list[tuple[int, str]]:
+    """(pid, state) of every process in ``session``, from /proc; empty where there is no /proc."""
+    members = []
     for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError, ValueError, IndexError):
             # the fields after the command's closing parenthesis: state, ppid, pgrp, session, ...
             fields = stat.read_text().rsplit(")", 1)[1].split()
             if int(fields[3]) == session:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(int(stat.parent.name), signal.SIGKILL)
+                members.append((int(stat.parent.name), fields[0]))
+    return members
 
 
 def _run_sby(check: FormalCheck, top: Harness, workdir: pathlib.Path, tag: str, tools, env, timeout: float):

@@ -94,8 +94,9 @@ def _share_reads(m, engine, first, second, second_owns, answers_buffer=None):
     drops) picks whose requests go out and who gets the answers, so neither requester's handshake
     runs through the other's (the whole kernel's critical path on the ECP5 proxy was the sequencer's
     state, as its read handshake, through the engine into the prefetcher). A tag, an answer's tag and
-    the beat go to and from the second only (the first has none). With ``answers_buffer`` (a
-    :class:`StreamBuffer` of the answers) the second's answers start at flip-flops."""
+    the beat are the second's (the first has none: its reads carry the second's tag, unread). With
+    ``answers_buffer`` (a :class:`StreamBuffer` of the answers) the second's answers start at
+    flip-flops."""
     m.d.comb += [
         engine.request.valid.eq(Mux(second_owns, second.request.valid, first.request.valid)),
         engine.request.payload.eq(Mux(second_owns, second.request.payload, first.request.payload)),
@@ -116,7 +117,9 @@ def _share_reads(m, engine, first, second, second_owns, answers_buffer=None):
     m.d.comb += engine.response.ready.eq(Mux(second_owns, second_ready, first.response.ready))
     members = second.signature.members
     if "tag" in members:
-        m.d.comb += [engine.tag.eq(Mux(second_owns, second.tag, 0)), second.answer_tag.eq(engine.answer_tag)]
+        # (the second's tag goes with the first's reads too, unread: no multiplexer between the second's
+        # tag and the engine's tag register, ``default``'s ECP5 proxy path into it)
+        m.d.comb += [engine.tag.eq(second.tag), second.answer_tag.eq(engine.answer_tag)]
     if "beat" in members:
         assert answers_buffer is None, "a buffered answer would need its beat buffered with it"
         m.d.comb += second.beat.eq(engine.beat)

@@ -247,8 +247,8 @@ def test_frontier_walk_steps_from_copies_of_its_decision_on_the_proxy_only(expor
     each, and ``frontier_end``), and of each lane's job-stage take, one per group of each of its copies of the
     staged node, and of the aggregator's beat
     writer's two data selects, one per group of the data's bits, and of each lane issuer's read
-    handshake and each write combiner port's field handshake, which Yosys keeps apart; the exported
-    Verilog has none."""
+    handshake and each write combiner port's field handshake, and each lane's job ready, which Yosys
+    keeps apart; the exported Verilog has none."""
     import re
 
     from smartsage.rtl.command_sequencer import WALK_GROUP
@@ -266,6 +266,8 @@ def test_frontier_walk_steps_from_copies_of_its_decision_on_the_proxy_only(expor
     from smartsage.rtl.write_combiner import BEAT_GROUP_BITS
 
     expected += [f"issue_fire{i}_lut" for _ in range(CONFIG.lanes) for i in range(3)]
+    # and each lane's job ready, one LUT of its four flip-flops
+    expected += ["job_ready0_lut"] * CONFIG.lanes
     beat_groups = max(1, (CONFIG.data_width + CONFIG.data_bytes) // BEAT_GROUP_BITS)
     expected += [f"beat_take{port}_{group}_0_lut" for port in range(CONFIG.lanes + 1) for group in range(beat_groups)]
     assert sorted(luts) == sorted(expected), luts

@@ -25,6 +25,7 @@ from .node_list_collector import id_offset
 from .read_stream import StreamWord
 from .register_copies import register_copies
 from .rng import MIX32_LATENCY, mix32_pipelined
+from .stream_buffer import StreamBuffer
 from .tagged_read_stream import ReadPortSignature
 
 __all__ = ["FrontierPrefetcher", "FrontierNode", "IndptrPair", "indptr_tag_shape", "nodes_ahead"]
@@ -61,11 +62,12 @@ def indptr_tag_shape(data_width: int) -> data.StructLayout:
 class FrontierPrefetcher(KernelBlock):
     """Reads a hop's frontier ahead, checks the ids, computes their keys and reads their indptr pairs.
 
-    A two-stage pipeline, one node per cycle: stage 0 takes a frontier id (and reserves its indptr
-    pair's place), stage 1 issues its indptr read(s) and queues it; ids out of range or read in
-    error pass through stage 1 without reads (frontier order). Each id's key H_v comes from a
-    free-running pipeline (two mix32 rounds) into a key FIFO beside the checked ids, after mix32's
-    first xor-shift (an involution: the second round's last sum before its own last xor-shift).
+    A two-stage pipeline, one node per cycle: stage 0 checks a frontier id into a two-entry buffer
+    (and reserves its indptr pair's place), stage 1, the buffer's head, issues its indptr read(s) and
+    queues it; ids out of range or read in error pass through stage 1 without reads (frontier
+    order). Each id's key H_v comes from a free-running pipeline (two mix32 rounds) into a key FIFO
+    beside the checked ids, after mix32's first xor-shift (an involution: the second round's last sum
+    before its own last xor-shift).
 
     Parameters
     ----------
@@ -168,7 +170,6 @@ class FrontierPrefetcher(KernelBlock):
         indptr_pairs = FreeSlotFIFO(width=IndptrPair.size, depth=ahead)
         m.submodules.indptr_pairs = ResetInserter(job_reset)(indptr_pairs)
         pairs_reserved = Signal(range(ahead + 1))
-        prefetch_node = Signal(64)
         ahead_in = Signal(node_ahead_layout)
         m.d.comb += nodes_ahead_fifo.w_data.eq(ahead_in)
         arriving = mem.response.payload
@@ -189,8 +190,9 @@ class FrontierPrefetcher(KernelBlock):
         in_range = ~arriving.error & Mux(wide_ids, wide_below, num_nodes_high_any | narrow_below)
         # every id taken gets its key H_v from a free-running pipeline (the id registered, two mix32
         # rounds) into ``node_keys``, in frontier order beside ``nodes_ahead``; ids taken and not yet
-        # dispatched are at most ``ahead + 1`` (stage 1 and nodes_ahead), so the FIFO never overflows
-        node_keys = FreeSlotFIFO(width=32, depth=ahead + 2)
+        # dispatched are at most ``ahead + 2`` (the checked buffer's two and nodes_ahead), so the FIFO
+        # never overflows
+        node_keys = FreeSlotFIFO(width=32, depth=ahead + 3)
         m.submodules.node_keys = ResetInserter(job_reset)(node_keys)
         key_id = Signal(64)
         key_valid = Signal(2 * MIX32_LATENCY + 1)   # a valid bit per stage
@@ -228,11 +230,34 @@ class FrontierPrefetcher(KernelBlock):
         reserve_room = Signal(init=1)
         m.d.comb += reserved_next.eq(Mux(job_reset, 0, pairs_reserved + reserve - release - returned))
         m.d.sync += [pairs_reserved.eq(reserved_next), reserve_room.eq(reserved_next < ahead)]
-        # the two stages: stage 0 takes an id, stage 1 issues its read(s)
-        # (named: a tuple assignment leaves Amaranth no name to infer, and the timing reports show them)
-        s1_valid, s1_in_range, s1_error, s1_second = (Signal(name=f"s1_{x}")
-                                                      for x in ("valid", "in_range", "error", "second"))
-        s1_address = Signal(64)
+        # the two stages: stage 0 checks an id into a two-entry buffer, stage 1 (the buffer's head)
+        # issues its read(s). The answer's ready is the buffer's room (a flip-flop), the reservation's
+        # and ``prefetching``: with stage 1 as a register of its own, loaded as it emptied, its read's
+        # handshake ran through the stage's room into the answer's ready and the reservation count,
+        # nine levels and 10.91 ns on ``default``'s ECP5 proxy. Costs a cycle of latency per hop.
+        index_bits = data_bytes.bit_length() - 4        # the word's place in a beat
+        stage_fields = {"node": 64, "in_range": 1, "error": 1, "address": 64}
+        if data_bytes > 8:
+            # indptr[v + 1] in the same beat (not for 64-bit beats): one read brings both. The word's
+            # place in its beat is worked out into the stage with the id, from the low bits of the
+            # base and the id: read from the 64-bit sum, it ran through the read's handshake into the
+            # reservation count (``default``, ECP5 proxy: 12.4 ns), and the flag is a register of its
+            # own (its compare in front of the read's valid: nine levels, 10.53 ns)
+            stage_fields.update(word=index_bits, same_beat=1)
+        stage_layout = data.StructLayout(stage_fields)
+        m.submodules.checked = checked = ResetInserter(job_reset | finishing)(StreamBuffer(stage_layout))
+        checked_in = checked.i.payload
+        m.d.comb += [checked_in.node.eq(arriving_id), checked_in.in_range.eq(in_range),
+                     checked_in.error.eq(arriving.error), checked_in.address.eq(arriving.address)]
+        if data_bytes > 8:
+            low_sum = self.indptr_base[:3 + index_bits] + Cat(Const(0, 3), arriving_id[:index_bits])
+            m.d.comb += [checked_in.word.eq(low_sum[3:3 + index_bits]),
+                         checked_in.same_beat.eq(low_sum[3:3 + index_bits] != ids_per_beat // 2 - 1)]
+        stage = checked.o.payload
+        s1_valid, s1_in_range, s1_error = checked.o.valid, stage.in_range, stage.error
+        prefetch_node, s1_address = stage.node, stage.address
+        # (named: the timing reports show it)
+        s1_second = Signal(name="s1_second")    # the stage's first read went, its second is due
         start_address = self.indptr_base + prefetch_node * 8
         # indptr[v + 1]'s address, for a second read, from a register: it follows the first's in every
         # cycle (both are worked out from registers that hold while stage 1 does), and the second read
@@ -241,17 +266,7 @@ class FrontierPrefetcher(KernelBlock):
         # chains in series: 9.91 ns on ``default``'s ECP5 proxy, 7.36 ns on ``small``'s)
         end_address = Signal(64)
         m.d.sync += end_address.eq(start_address + 8)
-        # indptr[v + 1] in the same beat (not for 64-bit beats): one read brings both. The word's
-        # place in its beat is worked out into stage 1 with the id, from the low bits of the base
-        # and the id: read from the 64-bit sum, it ran through the read's handshake, the stage's
-        # room and the answer's ready into the reservation count (``default``, ECP5 proxy: 12.4 ns)
-        index_bits = data_bytes.bit_length() - 4        # the word's place in a beat
-        # (the flag itself is a register of stage 1, loaded with the word: its compare sat in front of
-        # the read's valid, the handshake, the stage's room and the answer's ready into the
-        # reservation count, nine levels and 10.53 ns on ``default``'s ECP5 proxy)
-        s1_word = Signal(index_bits)
-        s1_same_beat = Signal()
-        same_beat = s1_same_beat if data_bytes > 8 else 0
+        same_beat = stage.same_beat if data_bytes > 8 else 0
         s1_done = Signal()
         m.d.comb += [ahead_in.node.eq(prefetch_node), ahead_in.in_range.eq(s1_in_range),
                      ahead_in.error.eq(s1_error), ahead_in.address.eq(s1_address)]
@@ -264,7 +279,7 @@ class FrontierPrefetcher(KernelBlock):
         m.d.comb += [port_a.tag.whole.eq(same_beat & ~s1_second),
                      port_a.request.payload.eq(Mux(s1_second, end_address, start_address))]
         if data_bytes > 8:
-            m.d.comb += port_a.tag.end_word.eq(s1_word + 1)
+            m.d.comb += port_a.tag.end_word.eq(stage.word + 1)
         with m.If(s1_valid & ~s1_in_range):
             m.d.comb += [nodes_ahead_fifo.w_en.eq(nodes_ahead_fifo.w_rdy), s1_done.eq(nodes_ahead_fifo.w_rdy),
                          returned.eq(nodes_ahead_fifo.w_rdy)]
@@ -279,26 +294,13 @@ class FrontierPrefetcher(KernelBlock):
             m.d.comb += port_a.request.valid.eq(nodes_ahead_fifo.w_rdy)
             with m.If(port_a.request.valid & port_a.request.ready):
                 m.d.comb += [nodes_ahead_fifo.w_en.eq(1), s1_done.eq(1)]
-        with m.If(s1_done):
-            m.d.sync += [s1_valid.eq(0), s1_second.eq(0)]
-        stage_free = ~s1_valid | s1_done
-        room = reserve_room & stage_free
-        # stage 1's payload loads whenever the stage is free (it is read only while ``s1_valid``):
-        # its ~130 enables are the stage's flag and its issue, not the answer's handshake
-        with m.If(stage_free):
-            m.d.sync += [s1_in_range.eq(in_range), s1_error.eq(arriving.error), s1_address.eq(arriving.address),
-                         prefetch_node.eq(arriving_id)]
-            if data_bytes > 8:
-                low_sum = self.indptr_base[:3 + index_bits] + Cat(Const(0, 3), arriving_id[:index_bits])
-                m.d.sync += [s1_word.eq(low_sum[3:3 + index_bits]),
-                             s1_same_beat.eq(low_sum[3:3 + index_bits] != ids_per_beat // 2 - 1)]
-        with m.If(prefetching & room):
-            m.d.comb += mem.response.ready.eq(1)
-            with m.If(mem.response.valid):
+        m.d.comb += checked.o.ready.eq(s1_done)
+        with m.If(s1_done | job_reset | finishing):
+            m.d.sync += s1_second.eq(0)
+        with m.If(prefetching & reserve_room):
+            m.d.comb += [mem.response.ready.eq(checked.i.ready), checked.i.valid.eq(mem.response.valid)]
+            with m.If(mem.response.valid & checked.i.ready):
                 m.d.comb += [reserve.eq(1), key_taken.eq(1)]
-                m.d.sync += [s1_valid.eq(1), s1_second.eq(0)]
-        with m.If(job_reset | finishing):
-            m.d.sync += [s1_valid.eq(0), s1_second.eq(0)]
         # indptr answers pair up (start, end) and go, three cycles later, into the reserved FIFO space:
         # both from one beat, or from two answers. Three short stages, not one long one: the pair's
         # words as the answer brings them (the storage engine's word select, from its in-flight head

@@ -46,7 +46,7 @@ from .kernel_block import KernelBlock, check_kernel_config
 from .multiply import split_accumulate
 from .node_list_collector import id_offset
 from .ping_pong_buffer import PingPongBuffer
-from .register_copies import and_copies, register_copies
+from .register_copies import lut_copies, register_copies
 from .rng import MIX32_LATENCY, mix32_pipelined
 from .tagged_read_stream import ReadPortSignature
 from .write_combiner import AppendWord
@@ -494,10 +494,14 @@ class CommandSequencer(KernelBlock):
         # read pointers and enables none of their ~430 payload flip-flops
         # (a node's "usable" bit, in range and read, and a pair's "no samples" bit, count == 0, are
         # worked out on their way into the buffers: FRONTIER's decision reads bits, not the fields)
+        # (and the heads' bits, as the decision reads them, come out of flip-flops worked out a cycle
+        # ahead: behind the buffers' output multiplexers, the pair buffer's read pointer -> the
+        # decision -> the walk's registers was five levels, 6.9-7.4 ns on ``small``'s ECP5 proxy)
         head_node = data.StructLayout({"node": FrontierNode, "usable": 1})
-        m.submodules.nodes_head = nodes_head = PingPongBuffer(head_node)
+        m.submodules.nodes_head = nodes_head = PingPongBuffer(head_node, head_flags=lambda head: head.usable)
         head_pair = data.StructLayout({"pair": IndptrPair, "none": 1})
-        m.submodules.pairs_head = pairs_head = PingPongBuffer(head_pair)
+        m.submodules.pairs_head = pairs_head = PingPongBuffer(head_pair,
+                                                              head_flags=lambda head: Cat(~head.pair.error, head.none))
         m.d.comb += [nodes_head.clear.eq(self.clear_jobs), pairs_head.clear.eq(self.clear_jobs)]
         m.d.comb += [nodes_head.i.valid.eq(self.nodes.valid), self.nodes.ready.eq(nodes_head.i.ready),
                      nodes_head.i.payload.node.eq(self.nodes.payload),
@@ -508,7 +512,7 @@ class CommandSequencer(KernelBlock):
         nodes_in, pairs_in = nodes_head.o, pairs_head.o
         entry = nodes_in.payload.node
         pair = pairs_in.payload.pair
-        no_samples = pairs_in.payload.none
+        node_usable, pair_good, no_samples = nodes_head.o_flags, pairs_head.o_flags[0], pairs_head.o_flags[1]
         job_in = self.job.payload
         count = Signal(range(cfg.max_fanout + 1), name="head_count")
         self._head_count = count    # (for the proofs)
@@ -544,8 +548,8 @@ class CommandSequencer(KernelBlock):
         # the pair's bit; the job's valid, off that path, the count itself: what the write-bounds
         # proof sees of a job
         handing = Signal()
-        m.d.comb += handing.eq(prefetching & ~frontier_end & nodes_in.valid & nodes_in.payload.usable
-                               & pairs_in.valid & ~pair.error & room)
+        m.d.comb += handing.eq(prefetching & ~frontier_end & nodes_in.valid & node_usable
+                               & pairs_in.valid & pair_good & room)
         dispatchable = self.job.ready | no_samples
         # the count's field, whatever is decided (its valid is the decision's; the other states'
         # fields override the payload)
@@ -557,13 +561,18 @@ class CommandSequencer(KernelBlock):
         # are worked out from registers (the walk's and the pair buffer's count) beside the decision,
         # which meets them at the last LUT (``take`` into the addends put its LUTs in front of four
         # 64-bit carry chains: 9.25 ns from the pair buffer on the ECP5 proxy)
-        # ``take``'s last AND is copied per 32 of these ~260 registers (``and_copies``: LUT4 instances
+        # ``take``'s last AND is copied per 32 of these ~260 registers (``lut_copies``: LUT4 instances
         # on the ECP5 proxy), so no one net of the decision reaches them all (the pair buffer's
         # read pointer -> the decision -> ``written``'s enables was 9.55 ns on the proxy)
         dispatched = dispatchable & fields_out.ready
         walk = [(written, written + count), (nodes_room, nodes_room - count),
                 (frontier_index, frontier_index + 1), (count_address, count_address + 4)]
-        walk_takes = iter(and_copies(m, platform, "walk_take", handing, dispatched,
+        # (the copies are LUT4s of the hand-off and the three bits of ``dispatched``: behind a LUT of
+        # its own, the dispatcher's intake flag -> ``count_address`` was five levels, 7.68 ns on
+        # ``small``'s ECP5 proxy)
+        walk_takes = iter(lut_copies(m, platform, "walk_take",
+                                     lambda hand, ready, none, room: hand & (ready | none) & room,
+                                     [handing, self.job.ready, no_samples, fields_out.ready],
                                      sum(-(-len(register) // WALK_GROUP) for register, _ in walk) + 1))
         for register, stepped in walk:
             m.d.sync += register.eq(Cat(Mux(next(walk_takes), stepped[bit:bit + WALK_GROUP],

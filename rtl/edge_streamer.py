@@ -48,7 +48,7 @@ from .tagged_read_stream import ReadPortSignature
 from .write_combiner import AppendWord
 
 __all__ = ["EdgeStreamer", "SAMPLERS_PER_LANE", "NODES_PER_SAMPLER", "HEAD_NODE_COPIES", "HEAD_NODE_GROUPS",
-           "ANSWER_DEPTH", "id_offset", "ids_tag_shape"]
+           "STAGED_GROUPS", "ANSWER_DEPTH", "id_offset", "ids_tag_shape"]
 
 #: Nodes a lane samples at once (its samplers' node places), taking jobs in turn: a job holds a place
 #: for two cycles (request and start), ``position_sampler.DRAW_LATENCY`` to fill the draw pipeline
@@ -72,6 +72,8 @@ HEAD_NODE_COPIES = 2
 #: Groups of each copy of the staged node, each picked by its own copy of the stage's take
 #: (:func:`~smartsage.rtl.register_copies.and_copies`).
 HEAD_NODE_GROUPS = 4
+#: Groups of the rest of a lane's staged job (its count and addresses, 133 flip-flops), likewise.
+STAGED_GROUPS = 4
 #: Answers (beats) a lane holds between its read channel and its collector.
 ANSWER_DEPTH = 32
 
@@ -224,19 +226,21 @@ class EdgeStreamer(KernelBlock):
         ticket_in = Signal(ticket_layout)
         collect_in = Signal(collect_layout)
         turn = Signal(range(SAMPLERS_PER_LANE))
-        # the job at the queue's head is staged. The stage is a two-entry FIFO
-        # (LUT-RAM written at its free slot in every cycle), so taking a job (``go``) moves pointers
-        # and enables no payload register or RAM cell
-        # (a staged job in flip-flops, loaded when ``go``, put ~200 enables behind the decision: the
-        # edge streamer's critical path on the ECP5 proxy); the samplers' node registers follow the
-        # head while they are idle, through the copies of ``head_node`` (below).
-        staged_layout = data.StructLayout({"shifted_key": 32, "degree": 32, "count": range(cfg.max_fanout + 1),
-                                           "edge_address": 64, "node_address": 64})
-        stage = FreeSlotFIFO(width=staged_layout.size, depth=2)
-        m.submodules.stage = ResetInserter(job_reset)(stage)
-        staged = staged_layout(stage.r_data)
-        staged_in = Signal(staged_layout)
-        staged_valid = stage.r_rdy
+        # the job at the queue's head is staged, in flip-flops: each follows the job taken (``take``,
+        # a copy of the job handshake per group of them, ``and_copies``), else holds, so taking a job
+        # or letting it go (``go``) enables no payload register (a staged job loaded when ``go``, ~200
+        # enables behind the decision, was the edge streamer's critical path on the ECP5 proxy). The
+        # stage holds one job (a job is taken only while it is empty or its job goes: taking jobs into
+        # a second place ahead of the samplers unbalanced the lanes, 3,346 cycles instead of 3,321 in
+        # the cycle-count test). (As a two-entry LUT-RAM FIFO, the stage's read, a one-level path
+        # into the tickets' and collects' RAM write data, was 7.46 ns on ``small``'s proxy and
+        # 10.10 ns on ``default``'s)
+        # The job's key and degree are the samplers' request, in :data:`HEAD_NODE_COPIES` copies
+        # (below); the rest, what the tickets and collects take as the job goes, is one copy.
+        rest_layout = data.StructLayout({"count": range(cfg.max_fanout + 1), "edge_address": 64,
+                                         "node_address": 64})
+        staged = Signal(rest_layout, name="staged", reset_less=True)
+        staged_valid = Signal()
         incoming = job_layout(jobs.payload)
         # the sampler whose turn it is, also one-hot: each sampler's request.valid is an AND of
         # flip-flops (it never waits for its ready), and its ready is not muxed into any load
@@ -265,20 +269,18 @@ class EdgeStreamer(KernelBlock):
         # one LUT of four flip-flops
         turn_ready_of = [Signal(name=f"turn_ready_of{number}") for number in range(SAMPLERS_PER_LANE)]
         assert SAMPLERS_PER_LANE > 1, "a job taken by a sampler must move the turn to another"
-        # whether the staged job is dense (d == n: its ``dense`` flag), a flip-flop beside the stage (a
-        # job written into the stage is its head in the next cycle: one is written only while the
-        # stage is empty or its head leaves), so no LUT-RAM read sits in front of ``go``
+        # whether the staged job is dense (d == n: its ``dense`` flag), loaded as the job is taken
         head_dense = Signal()
-        with m.If(stage.w_en):
+        with m.If(jobs.valid & jobs.ready):
             m.d.sync += head_dense.eq(incoming.dense)
-        # the samplers' request (the head's key and degree) from flip-flops that hold the stage's head:
-        # the stage's LUT-RAM read, fanned out to the six samplers' node registers, was a one-LUT path
-        # of 8.2-9.1 ns on the ECP5 proxy. They load the incoming job when the stage takes one (it is
-        # the head in the next cycle), else the head (unchanged, or leaving an empty stage), through
-        # multiplexers picked by copies of the take's last AND, so ``go`` reaches eight LUTs (four per
-        # copy of the node, :data:`HEAD_NODE_COPIES`), not 128 multiplexers. (A copy that followed the
-        # head a cycle late cost the cycle-count test 9 to 14 cycles of its 3,325, whether the samplers
-        # took it late or the lane held the job back)
+        # the samplers' request (the staged job's key and degree) from flip-flops of their own, in
+        # copies (as one copy, or as the read of a LUT-RAM stage, fanned out to the six samplers' node
+        # registers, it was a one-LUT path of 8.2-9.1 ns on the ECP5 proxy). They load the incoming
+        # job as it is taken, else hold, through multiplexers picked by copies of the take's last AND,
+        # so ``go`` reaches no payload register and the take reaches four LUTs per copy of the node
+        # (:data:`HEAD_NODE_COPIES`), not 128 multiplexers. (A copy that followed the staged job a
+        # cycle late cost the cycle-count test 9 to 14 cycles of its 3,325, whether the samplers took
+        # it late or the lane held the job back)
         # The job brings the key after mix32's first xor-shift
         # (:data:`~smartsage.rtl.position_sampler.PositionRequest`; the prefetcher's key pipeline ends
         # in it): no LUT between the queue's read and ``head_node``, nor between ``head_node`` and the
@@ -287,25 +289,26 @@ class EdgeStreamer(KernelBlock):
         head_layout = data.StructLayout({"shifted_key": 32, "degree": 32})
         head_nodes = [Signal(head_layout, name=f"head_node{copy}", reset_less=True)
                       for copy in range(HEAD_NODE_COPIES)]
-        incoming_shifted_key = incoming.shifted_key
-        takes = and_copies(m, platform, "stage_takes", jobs.valid, jobs.ready, HEAD_NODE_COPIES * HEAD_NODE_GROUPS)
-        bits = head_layout.size
-        for index, take in enumerate(takes):
-            copy, group = divmod(index, HEAD_NODE_GROUPS)
-            part = slice(group * bits // HEAD_NODE_GROUPS, (group + 1) * bits // HEAD_NODE_GROUPS)
-            m.d.sync += head_nodes[copy].as_value()[part].eq(Mux(take, Cat(incoming_shifted_key, incoming.degree)[part],
-                                                                 Cat(staged.shifted_key, staged.degree)[part]))
+        incoming_head = Cat(incoming.shifted_key, incoming.degree)
+        incoming_rest = Cat(incoming.count, incoming.edge_address, incoming.node_address)
+        takes = and_copies(m, platform, "stage_takes", jobs.valid, jobs.ready,
+                           HEAD_NODE_COPIES * HEAD_NODE_GROUPS + STAGED_GROUPS)
+        staged_parts = [(head_nodes[copy].as_value(), incoming_head, group, HEAD_NODE_GROUPS)
+                        for copy in range(HEAD_NODE_COPIES) for group in range(HEAD_NODE_GROUPS)]
+        staged_parts += [(staged.as_value(), incoming_rest, group, STAGED_GROUPS) for group in range(STAGED_GROUPS)]
+        for take, (register, value, group, groups) in zip(takes, staged_parts, strict=True):
+            part = slice(group * len(register) // groups, (group + 1) * len(register) // groups)
+            m.d.sync += register[part].eq(Mux(take, value[part], register[part]))
+        take_job = jobs.valid & jobs.ready
+        with m.If(take_job):
+            m.d.sync += staged_valid.eq(1)
+        with m.Elif(go):
+            m.d.sync += staged_valid.eq(0)
+        with m.If(job_reset):
+            m.d.sync += staged_valid.eq(0)
         m.d.comb += [
             offer.eq(staged_valid & lane_open),
             go.eq(offer & (head_dense | turn_ready)),
-            stage.r_en.eq(go),
-            staged_in.shifted_key.eq(incoming_shifted_key), staged_in.degree.eq(incoming.degree),
-            staged_in.count.eq(incoming.count),
-            staged_in.edge_address.eq(incoming.edge_address), staged_in.node_address.eq(incoming.node_address),
-            # it holds one job, as a register would (a second place only for the cycle the head
-            # leaves): taking jobs ahead of the samplers unbalances the lanes (3,346 cycles instead of
-            # 3,321 in the cycle-count test with a job taken into the second place)
-            stage.w_data.eq(staged_in), stage.w_en.eq(jobs.valid & jobs.ready),
         ]
         # the job's ready, ``~staged_valid | go``, one LUT of the four flip-flops it reads (a LUT4
         # instance on the ECP5 proxy: mapped behind ``go``'s own LUT and the stage's pop, ``lane_open``

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Shape, Signal
+from amaranth.hdl import Cat, Module, Mux, Shape, ShapeCastable, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -33,6 +33,11 @@ class PingPongBuffer(wiring.Component):
     ----------
     shape : shape-like
         The payload's shape, as for :class:`StreamBuffer`.
+    head_flags : callable, optional
+        A few bits of a payload (``head_flags(view)`` of a payload of ``shape``, made of its bits and
+        ``~``, ``&``, ``|``) that the consumer's decision reads: the head's come out of flip-flops
+        (``o_flags``), worked out a cycle ahead from what the slots and the read pointer will hold,
+        so the decision does not wait for the output multiplexer.
 
     Members
     -------
@@ -40,12 +45,19 @@ class PingPongBuffer(wiring.Component):
         As :class:`StreamBuffer`'s.
     clear : ``In(1)``
         Empty the buffer (synchronous; the slots' contents are dropped).
+    o_flags : ``Out(n)``
+        ``head_flags`` of ``o.payload`` (read while ``o.valid``), from flip-flops; with no
+        ``head_flags``, absent.
     """
 
-    def __init__(self, shape):
+    def __init__(self, shape, head_flags=None):
         self._shape = shape
-        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape)),
-                          "clear": In(1), "idle": Out(1)})
+        self._head_flags = head_flags
+        members = {"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape)), "clear": In(1),
+                   "idle": Out(1)}
+        if head_flags is not None:
+            members["o_flags"] = Out(len(Value.cast(head_flags(Signal(shape)))))
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
@@ -59,17 +71,26 @@ class PingPongBuffer(wiring.Component):
         push = self.i.valid & self.i.ready
         pop = self.o.valid & self.o.ready
         m.d.comb += [self.i.ready.eq(~full), self.o.valid.eq(nonempty), self.idle.eq(~nonempty)]
+        slots_next = []
         for index, slot in enumerate(slots):
             # a slot follows the input while it holds nothing; the next payload goes into the read
             # pointer's slot when the buffer is empty, else into the other one
-            with m.If(~Mux(read_slot == index, nonempty, full)):
+            loads = ~Mux(read_slot == index, nonempty, full)
+            with m.If(loads):
                 m.d.sync += slot.eq(self.i.payload)
+            slots_next.append(Mux(loads, Value.cast(self.i.payload), slot))
         level = nonempty + full + push - pop
         m.d.sync += [nonempty.eq(level != 0), full.eq(level == 2)]
         m.d.comb += read_slot_next.eq(Mux(self.clear, 0, read_slot ^ pop))
         m.d.sync += read_slot.eq(read_slot_next)
         with m.If(self.clear):
             m.d.sync += [nonempty.eq(0), full.eq(0)]
+        if self._head_flags is not None:
+            # the head's flags in the next cycle: those of the slot the read pointer will name, as it
+            # will hold
+            as_payload = self._shape if isinstance(self._shape, ShapeCastable) else (lambda value: value)
+            flags_next = [Value.cast(self._head_flags(as_payload(slot_next))) for slot_next in slots_next]
+            m.d.sync += self.o_flags.eq(Mux(read_slot_next, flags_next[1], flags_next[0]))
         # the output multiplexer, a copy of the read pointer per group of bits
         selects = register_copies(m, platform, "read_slot", read_slot_next, -(-width // SELECT_GROUP))
         m.d.comb += self.o.payload.eq(Cat(

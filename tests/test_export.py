@@ -245,20 +245,21 @@ def test_frontier_walk_steps_from_copies_of_its_decision_on_the_proxy_only(expor
     """On the ECP5 proxy the last AND of FRONTIER's hand-off is a ``LUT4`` instance per group of the
     walk's registers (``written``, ``nodes_room``, ``frontier_index``, ``count_address``, 64 bits
     each, and ``frontier_end``), and of each lane's job-stage take, one per group of each of its copies of the
-    staged node, and of the aggregator's beat
+    staged node and of the rest of its staged job, and of the aggregator's beat
     writer's two data selects, one per group of the data's bits, and of each lane issuer's read
     handshake and each write combiner port's field handshake, and each lane's job ready, which Yosys
     keeps apart; the exported Verilog has none."""
     import re
 
     from smartsage.rtl.command_sequencer import WALK_GROUP
-    from smartsage.rtl.edge_streamer import HEAD_NODE_COPIES, HEAD_NODE_GROUPS
+    from smartsage.rtl.edge_streamer import HEAD_NODE_COPIES, HEAD_NODE_GROUPS, STAGED_GROUPS
     from smartsage.rtl.ping_pong_buffer import SELECT_GROUP
 
     luts = re.findall(r"LUT4 #\([^;]*?\)\s*(\w+) \(", proxy_verilog, flags=re.S)
     count = 4 * -(-64 // WALK_GROUP) + 1
     expected = [f"walk_take{i}_lut" for i in range(count)]
-    expected += [f"stage_takes{i}_lut" for _ in range(CONFIG.lanes) for i in range(HEAD_NODE_COPIES * HEAD_NODE_GROUPS)]
+    expected += [f"stage_takes{i}_lut" for _ in range(CONFIG.lanes)
+                 for i in range(HEAD_NODE_COPIES * HEAD_NODE_GROUPS + STAGED_GROUPS)]
     expected += [f"{select}{i}_lut" for select in ("same", "hold_first")
                  for i in range(-(-CONFIG.data_width // SELECT_GROUP))]
     # and each lane issuer's read handshake (the edge address's halves, the rest), and each write

@@ -7,7 +7,7 @@ import random
 import warnings
 
 import pytest
-from amaranth.hdl import Elaboratable, Module, Signal
+from amaranth.hdl import Cat, Elaboratable, Module, Signal
 from amaranth.hdl._ir import UnusedElaboratable
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
@@ -265,11 +265,14 @@ def test_stream_buffer_keeps_order_and_full_rate(stall, buffer):
     cycle after one cycle of latency; ``i.ready`` and ``o.valid`` are registers (they do not follow
     ``o.ready`` or ``i.valid`` in the same cycle); the stream buffer's ``next_head`` is the payload it
     shows after a cycle where its head left or was empty. The ping-pong buffer's payload is wider than one
-    group of its output multiplexer (two groups, each with its copy of the read pointer on the proxy)."""
+    group of its output multiplexer (two groups, each with its copy of the read pointer on the proxy),
+    and its head flags are those of the payload it shows in every cycle it shows one."""
     seed = _seed()
     rng = random.Random(seed)
     width = 16 if buffer is StreamBuffer else SELECT_GROUP + 16
-    dut = buffer(width)
+    flags_of = lambda payload: Cat(payload[3], payload[5] & ~payload[SELECT_GROUP + 9])  # noqa: E731
+    dut = buffer(width) if buffer is StreamBuffer else buffer(width, head_flags=flags_of)
+    flags_seen = []     # (the ping-pong buffer's) head flags and what they should be, while it shows a head
     sent = [rng.getrandbits(width) for _ in range(300)]
     received = []
     out_cycles = []
@@ -291,8 +294,13 @@ def test_stream_buffer_keeps_order_and_full_rate(stall, buffer):
     async def monitor(ctx):
         cycle = 0
         loads = None
-        signals = (dut.o.valid, dut.o.ready, dut.o.payload) + ((dut.next_head,) if buffer is StreamBuffer else ())
-        async for _, _, o_valid, o_ready, payload, *next_head in ctx.tick().sample(*signals):
+        signals = (dut.o.valid, dut.o.ready, dut.o.payload) + ((dut.next_head,) if buffer is StreamBuffer
+                                                               else (dut.o_flags,))
+        async for _, _, o_valid, o_ready, payload, *extra in ctx.tick().sample(*signals):
+            next_head = extra if buffer is StreamBuffer else []
+            if buffer is PingPongBuffer and o_valid:
+                due = (payload >> 3 & 1) | ((payload >> 5) & ~(payload >> SELECT_GROUP + 9) & 1) << 1
+                flags_seen.append((extra[0], due))
             if loads is not None and o_valid:
                 following.append((loads, payload))
             loads = next_head[0] if next_head and (not o_valid or o_ready) else None
@@ -327,6 +335,8 @@ def test_stream_buffer_keeps_order_and_full_rate(stall, buffer):
     assert received == sent, seed
     if not stall:
         assert out_cycles == list(range(out_cycles[0], out_cycles[0] + len(sent)))
+    if buffer is PingPongBuffer:
+        assert len(flags_seen) >= len(sent) and all(seen == due for seen, due in flags_seen), seed
     if buffer is StreamBuffer:   # what it said would come next came next
         assert len(following) > len(sent) // 2 and all(said == came for said, came in following), seed
 

@@ -265,9 +265,9 @@ class CommandSequencer(KernelBlock):
         # (the id width as two flip-flops: one for the job's node address, one for the rest; as one,
         # into the addresses' shifts and the dispatcher's intake it was a 9.0 ns path on the ECP5
         # proxy. The job's edge address comes with its pair: the prefetcher works it out)
-        wide_ids, wide_nodes = register_copies(
-            m, platform, "wide_ids", image("index_dtype")[dtype_offset * 8:dtype_offset * 8 + 8]
-            == int(spec_image.IndexDtype.U64), 2)
+        wide_decoded = image("index_dtype")[dtype_offset * 8:dtype_offset * 8 + 8] == int(spec_image.IndexDtype.U64)
+        wide_ids, wide_nodes = register_copies(m, platform, "wide_ids", wide_decoded, 2)
+        self._wide_nodes = (wide_nodes, wide_decoded)     # (for the proofs: the flag and its source)
         # feature_dim and feature_dtype share the 64-bit header word of index_dtype
         for name in ("feature_dim", "feature_dtype"):
             assert field_span(spec_image.HEADER_FIELDS, name)[0] & ~7 == IMAGE_WORDS["index_dtype"]
@@ -329,6 +329,9 @@ class CommandSequencer(KernelBlock):
         frontier_index = Signal(64)
         frontier_end = Signal()     # frontier_index == frontier_size, as a register (during a hop)
         frontier_size = Signal(64)
+        # frontier_size == 0, a flip-flop loaded with it (the 64-bit compare, in HOP, was in front of
+        # ``frontier_end``: four levels, 7.03 ns on ``small``'s ECP5 proxy)
+        frontier_empty = Signal(name="frontier_empty")
         # frontier_size - 1, loaded in every HOP cycle (frontier_size is set before HOP): the walk's end
         # is ``frontier_index == frontier_last`` as a node is taken, a compare of two registers (as
         # ``frontier_index + 1 == frontier_size``, a carry chain in front of the compare, it was an
@@ -340,6 +343,10 @@ class CommandSequencer(KernelBlock):
         # the fields' address: counts_ptr + (counts_base + frontier_index) x 4 during a hop, the
         # result header's word in RESULT
         count_address = Signal(64)
+        # the next job's place, nodes_ptr + written x id size, stepped with ``written`` in FRONTIER
+        # (loaded in HOP): worked out from ``written`` as the job was formed, its 64-bit add was in
+        # front of the dispatcher's intake, 7.23 ns on ``small``'s ECP5 proxy
+        node_address = Signal(64, name="node_address")
         # (set on the way into FRONTIER, cleared on every way out; its next value also loads a copy for
         # each read engine's share and for the prefetcher, ``prefetch``)
         prefetching = Signal()
@@ -401,6 +408,7 @@ class CommandSequencer(KernelBlock):
                      streamers_idle.eq(self.streamers_idle), jobs_waiting.eq(self.jobs_waiting | self.job.valid)]
         with m.If(hop_advance):
             m.d.sync += [counts_base.eq(counts_base + frontier_size), frontier_size.eq(written),
+                         frontier_empty.eq(written == 0),
                          hop.eq(hop + 1), last_hop.eq((hop + 1)[:len(hop)] == num_hops),
                          last_size.eq(frontier_size), last_counts.eq(counts_base)]
 
@@ -539,7 +547,7 @@ class CommandSequencer(KernelBlock):
             count.eq(pair.count),
             job_in.shifted_key.eq(entry.shifted_key), job_in.degree.eq(pair.degree[:32]), job_in.count.eq(count),
             job_in.edge_address.eq(pair.edge_address), job_in.base.eq(written),
-            job_in.node_address.eq(nodes_ptr + id_offset(wide_nodes, written)),
+            job_in.node_address.eq(node_address),
         ]
         # FRONTIER's hand-off, outside the state machine (the state is ``prefetching``; the fails
         # are the state's, below): both heads there, usable, and room for the count. The count is
@@ -557,16 +565,17 @@ class CommandSequencer(KernelBlock):
                      fields_out.payload.wide.eq(0)]
         # The walk's registers are written in every cycle, by what is taken (``take`` picks the
         # stepped value or the register; it is 0 outside FRONTIER, where the states that load them
-        # override), so neither the decision nor the state enables their ~260 flip-flops. The sums
+        # override), so neither the decision nor the state enables their ~320 flip-flops. The sums
         # are worked out from registers (the walk's and the pair buffer's count) beside the decision,
         # which meets them at the last LUT (``take`` into the addends put its LUTs in front of four
         # 64-bit carry chains: 9.25 ns from the pair buffer on the ECP5 proxy)
-        # ``take``'s last AND is copied per 32 of these ~260 registers (``lut_copies``: LUT4 instances
+        # ``take``'s last AND is copied per 32 of these ~320 registers (``lut_copies``: LUT4 instances
         # on the ECP5 proxy), so no one net of the decision reaches them all (the pair buffer's
         # read pointer -> the decision -> ``written``'s enables was 9.55 ns on the proxy)
         dispatched = dispatchable & fields_out.ready
         walk = [(written, written + count), (nodes_room, nodes_room - count),
-                (frontier_index, frontier_index + 1), (count_address, count_address + 4)]
+                (frontier_index, frontier_index + 1), (count_address, count_address + 4),
+                (node_address, node_address + id_offset(wide_nodes, count))]
         # (the copies are LUT4s of the hand-off and the three bits of ``dispatched``: behind a LUT of
         # its own, the dispatcher's intake flag -> ``count_address`` was five levels, 7.68 ns on
         # ``small``'s ECP5 proxy)
@@ -661,7 +670,8 @@ class CommandSequencer(KernelBlock):
                     indptr_base.eq(image_base + image("indptr")),
                     indices_base.eq(image_base + image("indices")),
                     written.eq(num_targets), nodes_room.eq(nodes_capacity - num_targets),
-                    frontier_size.eq(num_targets), counts_base.eq(0), hop.eq(0), last_hop.eq(num_hops == 0),
+                    frontier_size.eq(num_targets), frontier_empty.eq(num_targets == 0),
+                    counts_base.eq(0), hop.eq(0), last_hop.eq(num_hops == 0),
                 ]
                 for n, (_, code, field) in enumerate(checks):
                     with (m.If if n == 0 else m.Elif)(check_bad[n]):
@@ -681,8 +691,9 @@ class CommandSequencer(KernelBlock):
                 # the prefetcher's restart (a flip-flop, high in the cycle after each HOP cycle: the
                 # prefetcher takes it while it is not active)
                 m.d.sync += self.restart_prefetch.eq(1)
-                m.d.sync += [frontier_index.eq(0), frontier_end.eq(frontier_size == 0),
-                             frontier_last.eq(frontier_size - 1), count_address.eq(counts_ptr + (counts_base << 2))]
+                m.d.sync += [frontier_index.eq(0), frontier_end.eq(frontier_empty),
+                             frontier_last.eq(frontier_size - 1), count_address.eq(counts_ptr + (counts_base << 2)),
+                             node_address.eq(nodes_ptr + id_offset(wide_nodes, written))]
                 # |F_{L-1}| x F's operands load in every HOP cycle (the product is read only after
                 # the last hop's): the last hop's decision enables none of their 224 flip-flops
                 m.d.sync += [feature_bytes.eq(0), carry.eq(0), multiplicand.eq(last_size), multiplier.eq(feature_dim)]

@@ -7,6 +7,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .axi import ADDRESS_WIDTH, BURST_INCR, RESP_OKAY, AxiWriteSignature, check_data_width
+from .compare import carry_equal
 from .free_slot_fifo import FreeSlotFIFO
 from .register_copies import and_copies, register_copies
 from .stream_buffer import StreamBuffer
@@ -136,6 +137,9 @@ class WriteCombiner(wiring.Component):
             # whether a field is for the same beat as the field before it, worked out as it enters
             # (a compare of the field's address with a register): while a beat is open it is the
             # previous field's beat, so the merge decision reads one bit, not a 58-bit compare
+            # (each compare a carry chain on the ECP5 proxy, :func:`~smartsage.rtl.compare.carry_equal`:
+            # as LUT trees, the edge register -> the stage's compare bits was four levels, 7.2-8.0 ns
+            # on ``small``'s proxy)
             # the register slice at the block's edge (the field's address came from the producer's
             # multiplexer, across the chip, into the beat compares below: from the lane collector's
             # ``first`` copy, 9.7-10.1 ns on the whole kernel's proxy)
@@ -161,14 +165,16 @@ class WriteCombiner(wiring.Component):
             incoming_beat = incoming.payload.address[size_log2:]
             m.d.comb += [stage.i.valid.eq(incoming.valid), incoming.ready.eq(stage.i.ready),
                          stage.i.payload.field.eq(incoming.payload),
-                         stage.i.payload.same_beat.eq(incoming_beat == previous_beat),
+                         stage.i.payload.same_beat.eq(carry_equal(m, platform, f"same_beat{number}",
+                                                                  incoming_beat, previous_beat)),
                          # (the field's byte strobes too: the shift by the field's offset was in front
                          # of "the merged beat is full" and the run FIFO's write, 6.9 ns on the proxy)
                          stage.i.payload.strobe.eq(Mux(incoming.payload.wide, 0xFF, 0x0F)
                                                    << incoming.payload.address[:size_log2]),
                          stage.i.payload.words.eq(Mux(incoming.payload.wide, 0b11, 0b01)
                                                   << incoming.payload.address[2:size_log2]),
-                         stage.i.payload.next_beat.eq((incoming_beat == previous_next)
+                         stage.i.payload.next_beat.eq(carry_equal(m, platform, f"next_beat{number}",
+                                                                  incoming_beat, previous_next)
                                                       & (incoming_beat[:boundary - size_log2] != 0))]
             with m.If(incoming.valid & incoming.ready):
                 m.d.sync += [previous_beat.eq(incoming_beat), previous_next.eq(incoming_beat + 1)]

@@ -242,13 +242,13 @@ def test_aggregator_reset_is_on_the_clock_network_on_the_proxy_only(exported, pr
 
 
 def test_frontier_walk_steps_from_copies_of_its_decision_on_the_proxy_only(exported, proxy_verilog):
-    """On the ECP5 proxy the last AND of FRONTIER's hand-off is a ``LUT4`` instance per group of the
-    walk's registers (``written``, ``nodes_room``, ``frontier_index``, ``count_address``, 64 bits
-    each, and ``frontier_end``), and of each lane's job-stage take, one per group of each of its copies of the
-    staged node and of the rest of its staged job, and of the aggregator's beat
-    writer's two data selects, one per group of the data's bits, and of each lane issuer's read
-    handshake and each write combiner port's field handshake, and each lane's job ready, which Yosys
-    keeps apart; the exported Verilog has none."""
+    """On the ECP5 proxy the last LUT of FRONTIER's hand-off is a ``LUT4`` instance per group of the
+    walk's registers (``written``, ``nodes_room``, ``frontier_index``, ``count_address``,
+    ``node_address``, 64 bits each, and ``frontier_end``), and so is each lane's job-stage take, one
+    per group of each of its copies of the staged node and of the rest of its staged job, and the
+    aggregator's beat writer's two data selects, one per group of the data's bits, and each lane
+    issuer's read handshake and each write combiner port's field handshake, and each lane's job
+    ready, which Yosys keeps apart; the exported Verilog has none."""
     import re
 
     from smartsage.rtl.command_sequencer import WALK_GROUP
@@ -256,7 +256,7 @@ def test_frontier_walk_steps_from_copies_of_its_decision_on_the_proxy_only(expor
     from smartsage.rtl.ping_pong_buffer import SELECT_GROUP
 
     luts = re.findall(r"LUT4 #\([^;]*?\)\s*(\w+) \(", proxy_verilog, flags=re.S)
-    count = 4 * -(-64 // WALK_GROUP) + 1
+    count = 5 * -(-64 // WALK_GROUP) + 1
     expected = [f"walk_take{i}_lut" for i in range(count)]
     expected += [f"stage_takes{i}_lut" for _ in range(CONFIG.lanes)
                  for i in range(HEAD_NODE_COPIES * HEAD_NODE_GROUPS + STAGED_GROUPS)]

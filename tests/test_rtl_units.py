@@ -965,3 +965,37 @@ def test_lut_copies_truth_table_is_the_function(arity, function):
     _refused("pick needs at least one copy", lambda: lut_copies(Module(), None, "pick", function, inputs, 0))
     _refused("pick takes one to four inputs", lambda: lut_copies(Module(), None, "pick", lambda *v: v[0],
                                                                  [Signal() for _ in range(5)], 1))
+
+
+@pytest.mark.parametrize("width", [1, 7, 58])
+def test_carry_equal_chain_is_the_compare(width, tmp_path):
+    """On the ECP5 proxy, ``carry_equal`` is a chain of ``CCU2C`` slices (two bits each, and a readout
+    slice) that Yosys, with the ECP5 cells' own simulation models, proves equal to ``a == b`` for
+    every input; elsewhere it is the compare. Operands of unequal widths are refused by name."""
+    import subprocess
+
+    from amaranth.back import verilog
+
+    from smartsage.host import synth
+    from smartsage.rtl.compare import carry_equal
+
+    class _Ecp5:
+        family = "ecp5"
+
+    reason = synth.tool_missing("yosys")
+    if reason:
+        pytest.skip(reason)
+    m = Module()
+    a, b = Signal(width, name="a"), Signal(width, name="b")
+    chained, compared = Signal(name="chained"), Signal(name="compared")
+    m.d.comb += [chained.eq(carry_equal(m, _Ecp5(), "same", a, b)), compared.eq(a == b)]
+    assert len([name for name in m._named_submodules if name.endswith("_ccu")]) == -(-width // 2) + 1
+    (tmp_path / "chain.v").write_text(verilog.convert(m, ports=[a, b, chained, compared], name="chain"))
+    script = ("read_verilog chain.v; read_verilog +/ecp5/cells_sim.v; hierarchy -top chain; proc; flatten; "
+              "opt_clean; sat -prove chained compared -verify")
+    run = subprocess.run([synth._tool("yosys"), "-q", "-p", script], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+
+    assert repr(carry_equal(None, None, "same", a, b)) == repr(a == b)    # (no module needed)
+    _refused("same compares 7 bits with 6", lambda: carry_equal(Module(), None, "same", Signal(7), Signal(6)))

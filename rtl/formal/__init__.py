@@ -81,7 +81,7 @@ KERNEL_WRITES_CHECKS = {
         "is the head's check while room_current; room is their verdict); the count's address is "
         "counts_ptr + 4 (counts_base + frontier_index)). Proved one "
         "property per run, in order, each run assuming the earlier ones (kernel_writes.ordered_parts): as "
-        "one run z3 took 377 s here and over 600 s on a CI machine; the sixteen parts take about a minute",
+        "one run z3 took 377 s here and over 600 s on a CI machine; the nineteen parts take about a minute",
         parts=kernel_writes.PART_ORDER),
     "sequencer_descriptor": FormalCheck(
         "sequencer_descriptor", "sequencer_descriptor", "prove", 2,

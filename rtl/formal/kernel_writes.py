@@ -120,16 +120,18 @@ class _ObservedSequencer(CommandSequencer):
         (self.counts_base, self.frontier_index, self.frontier_size, self.counts_end, self.counts_fit, self.key_wait,
          self.written, self.nodes_room, self.count_address, self.frontier_end, self.fetching_descriptor,
          self.fetching_header, self.hop, self.last_hop, self.room_wide, self.room_exact, self.room_current,
-         self.room, self.prefetching, self.result_index, self.frontier_last, self.hop_advance) = inner(
+         self.room, self.prefetching, self.result_index, self.frontier_last, self.hop_advance, self.frontier_empty,
+         self.node_address) = inner(
             m, "counts_base", "frontier_index", "frontier_size", "counts_end", "counts_fit", "key_wait", "written",
             "nodes_room", "count_address", "frontier_end", "fetching_descriptor", "fetching_header", "hop",
             "last_hop", "room_wide", "room_exact", "room_current", "room", "prefetching", "result_index",
-            "frontier_last", "hop_advance")
+            "frontier_last", "hop_advance", "frontier_empty", "node_address")
         offset, size = field_span(DESCRIPTOR_FIELDS, "num_hops")
         word, = inner(m, f"desc_word{offset // 8}")
         self.num_hops = word[(offset % 8) * 8:(offset % 8 + size) * 8]
         self.check_bad, self.check_live = self._check_flags   # the registered checks and their sources
         self.head_count = self._head_count
+        self.wide_nodes, self.wide_decoded = self._wide_nodes
         return m
 
 
@@ -212,6 +214,8 @@ class SequencerWritesHarness(PartsHarness):
             "counts_ptr_aligned": ~hopping | (b.counts_ptr[:6] == 0),
             # the result header is written only from an aligned result_ptr (checked before RESULT)
             "result_ptr_aligned": ~in_state["RESULT"] | (b.result_ptr[:6] == 0),
+            # the frontier's "empty" flag is loaded with its size
+            "frontier_empty": ~hopping | (dut.frontier_empty == (dut.frontier_size == 0)),
             # the walk's end is a register kept equal to the compare it replaces, stepped from the
             # frontier's last index (loaded in HOP)
             "frontier_end": ~in_state["FRONTIER"] | ((dut.frontier_end == (dut.frontier_index == dut.frontier_size))
@@ -246,6 +250,11 @@ class SequencerWritesHarness(PartsHarness):
             "count_address": (~in_state["FRONTIER"] | (
                 dut.count_address == (b.counts_ptr + ((dut.counts_base + dut.frontier_index) << 2))[:64]))
                 & (~in_state["RESULT"] | (dut.count_address == Cat(Const(0, 3), dut.result_index, b.result_ptr[6:]))),
+            # the id width's flag follows the header word, which holds after IMAGE
+            "wide_nodes": ~hopping | (dut.wide_nodes == dut.wide_decoded),
+            # the next job's place is stepped with the written entries (loaded in HOP)
+            "node_address": ~in_state["FRONTIER"] | (
+                dut.node_address == (b.nodes_ptr + id_offset(dut.wide_nodes, dut.written))[:64]),
             # the port properties
             "nodes_ptr": dut.nodes_ptr == b.nodes_ptr,
             "aggregate_pointers": ((parameters.nodes_ptr == b.nodes_ptr) & (parameters.self_ptr == b.self_ptr)
@@ -263,8 +272,9 @@ class SequencerWritesHarness(PartsHarness):
 
 #: The order of the sequencer_writes parts (see :func:`ordered_parts`): invariants, then port properties.
 PART_ORDER = ("fetch_flags", "last_hop", "checks_registered", "counts_ptr_aligned", "result_ptr_aligned",
-              "frontier_end", "counts_end", "counts_range", "nodes_room", "room_checks", "count_address", "nodes_ptr",
-              "aggregate_pointers", "job_slots", "job_address", "field_windows")
+              "frontier_empty", "frontier_end", "counts_end", "counts_range", "nodes_room", "room_checks",
+              "count_address", "wide_nodes", "node_address", "nodes_ptr", "aggregate_pointers", "job_slots",
+              "job_address", "field_windows")
 
 
 def ordered_parts(m: Module, properties: list, part: int | None):

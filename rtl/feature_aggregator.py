@@ -293,6 +293,10 @@ class FeatureAggregator(wiring.Component):
         counts = Array(Array(Signal(range(max_fanout + 1), name=f"count{g}_{e}") for e in range(SLOTS))
                        for g in range(2))
         counted = Array(Signal(SLOTS, name=f"counted{g}") for g in range(2))
+        # each count's "none" and "one" flags, set with it (the loader reads bits: the compares behind
+        # the table's multiplexer were in front of its flags, 7.3-7.5 ns on ``small``'s ECP5 proxy)
+        count_none = Array(Signal(SLOTS, name=f"count_none{g}") for g in range(2))
+        count_one = Array(Signal(SLOTS, name=f"count_one{g}") for g in range(2))
         m.submodules.samples = samples = Memory(shape=64, depth=2 * SLOTS * fanout_stride, init=[])
         sample_write = samples.write_port()
         sample_read = samples.read_port(domain="sync")   # the issuer's stage (below)
@@ -369,8 +373,9 @@ class FeatureAggregator(wiring.Component):
             # arrived) in a cycle of its own, so the requests' handshake reads no table multiplexer
             with m.State("L_ENTRY"):
                 entry_count = counts[load_group][load_e]
-                m.d.sync += [load_remaining.eq(entry_count), load_none.eq(entry_count == 0),
-                             load_last.eq(entry_count == 1)]
+                m.d.sync += [load_remaining.eq(entry_count),
+                             load_none.eq(count_none[load_group].bit_select(load_e, 1)),
+                             load_last.eq(count_one[load_group].bit_select(load_e, 1))]
                 with m.If(load_done):
                     m.next = "L_IDLE"
                 with m.Elif(counted[load_group].bit_select(load_e, 1)):
@@ -463,8 +468,11 @@ class FeatureAggregator(wiring.Component):
             with m.State("T_COUNTS"):
                 m.d.comb += id_answers.ready.eq(1)
                 with m.If(id_answers.valid & ~word.error):
-                    m.d.sync += [counts[take_group][take_e].eq(ident(word, 0)),
+                    count_in = ident(word, 0)[:len(counts[0][0])]
+                    m.d.sync += [counts[take_group][take_e].eq(count_in),
                                  counted[take_group].eq(counted[take_group] | (1 << take_e)),
+                                 count_none[take_group].bit_select(take_e, 1).eq(count_in == 0),
+                                 count_one[take_group].bit_select(take_e, 1).eq(count_in == 1),
                                  take_e.eq(take_e + 1)]
                     with m.If(take_e == take_k - 1):
                         m.d.sync += take_e.eq(0)

@@ -45,8 +45,9 @@ def below(value, bound):
 
 def carry_equal(m: Module, platform, name: str, a, b):
     """``a == b``: on the ECP5 proxy platform a chain of ``CCU2C`` instances named ``<name><i>_ccu``,
-    two bits a slice, whose carry is an AND of the bits' equalities, read out through one more
-    slice; elsewhere the compare itself.
+    two bits a slice, whose carry out is an AND of the bits' equalities (the last slice's carry out
+    read in the fabric, as Yosys's own adders read theirs; a readout slice of constant inputs made
+    nextpnr-ecp5 stop in its carry packing); elsewhere the compare itself.
 
     A ``CCU2C`` half passes its carry in when its LUT4 is 1, and gives its LUT2 of A and B (the
     LUT4's rows with C = D = 0) otherwise (``cout = LUT4 ? cin : LUT2``, INJECT1 off). With both the
@@ -61,20 +62,11 @@ def carry_equal(m: Module, platform, name: str, a, b):
     a_bits = [a[i] if i < len(a) else Const(0) for i in range(bits)]
     b_bits = [b[i] if i < len(b) else Const(0) for i in range(bits)]
     carry = Const(1)
-    for cell in range(bits // 2 + 1):
+    for cell in range(bits // 2):
         carry_out = Signal(name=f"{name}_carry{cell}")
-        last = cell == bits // 2
-        ports = {"i_CIN": carry, "i_C0": 0, "i_D0": 0, "i_C1": 0, "i_D1": 0}
-        if last:
-            # the readout: a LUT4 of 0 gives the carry in on S0
-            result = Signal(name=name)
-            ports.update(i_A0=0, i_B0=0, i_A1=0, i_B1=0, o_S0=result)
-            init = 0
-        else:
-            ports.update(i_A0=a_bits[2 * cell], i_B0=b_bits[2 * cell], i_A1=a_bits[2 * cell + 1],
-                         i_B1=b_bits[2 * cell + 1], o_COUT=carry_out)
-            init = _EQUAL_HALF
-        m.submodules[f"{name}{cell}_ccu"] = Instance("CCU2C", p_INIT0=init, p_INIT1=init, p_INJECT1_0="NO",
-                                                     p_INJECT1_1="NO", **ports)
+        m.submodules[f"{name}{cell}_ccu"] = Instance(
+            "CCU2C", p_INIT0=Const(_EQUAL_HALF, 16), p_INIT1=Const(_EQUAL_HALF, 16), p_INJECT1_0="NO",
+            p_INJECT1_1="NO", i_CIN=carry, i_A0=a_bits[2 * cell], i_B0=b_bits[2 * cell], i_C0=0, i_D0=0,
+            i_A1=a_bits[2 * cell + 1], i_B1=b_bits[2 * cell + 1], i_C1=0, i_D1=0, o_COUT=carry_out)
         carry = carry_out
-    return result
+    return carry

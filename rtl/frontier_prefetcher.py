@@ -236,9 +236,7 @@ class FrontierPrefetcher(KernelBlock):
         # handshake ran through the stage's room into the answer's ready and the reservation count,
         # nine levels and 10.91 ns on ``default``'s ECP5 proxy. Costs a cycle of latency per hop.
         index_bits = data_bytes.bit_length() - 4        # the word's place in a beat
-        # (with the id's first indptr address, worked out as the id enters: from the head, its 64-bit
-        # add was in front of the storage reader's request buffer, 7.19-7.28 ns on ``small``'s proxy)
-        stage_fields = {"node": 64, "in_range": 1, "error": 1, "address": 64, "start": ADDRESS_WIDTH}
+        stage_fields = {"node": 64, "in_range": 1, "error": 1, "address": 64}
         if data_bytes > 8:
             # indptr[v + 1] in the same beat (not for 64-bit beats): one read brings both. The word's
             # place in its beat is worked out into the stage with the id, from the low bits of the
@@ -250,8 +248,7 @@ class FrontierPrefetcher(KernelBlock):
         m.submodules.checked = checked = ResetInserter(job_reset | finishing)(StreamBuffer(stage_layout))
         checked_in = checked.i.payload
         m.d.comb += [checked_in.node.eq(arriving_id), checked_in.in_range.eq(in_range),
-                     checked_in.error.eq(arriving.error), checked_in.address.eq(arriving.address),
-                     checked_in.start.eq(self.indptr_base + arriving_id * 8)]
+                     checked_in.error.eq(arriving.error), checked_in.address.eq(arriving.address)]
         if data_bytes > 8:
             low_sum = self.indptr_base[:3 + index_bits] + Cat(Const(0, 3), arriving_id[:index_bits])
             m.d.comb += [checked_in.word.eq(low_sum[3:3 + index_bits]),
@@ -261,7 +258,7 @@ class FrontierPrefetcher(KernelBlock):
         prefetch_node, s1_address = stage.node, stage.address
         # (named: the timing reports show it)
         s1_second = Signal(name="s1_second")    # the stage's first read went, its second is due
-        start_address = stage.start
+        start_address = self.indptr_base + prefetch_node * 8
         # indptr[v + 1]'s address, for a second read, from a register: it follows the first's in every
         # cycle (both are worked out from registers that hold while stage 1 does), and the second read
         # goes a cycle after the first at the earliest, so no second 64-bit adder sits behind the first

@@ -68,6 +68,9 @@ PrefetchOwners = data.StructLayout({"memory": 1, "storage": 1, "prefetcher": 1})
 BUS_SWITCH_GROUP = 48
 #: FRONTIER's walk registers one copy of ``take``'s last AND steps at most.
 WALK_GROUP = 32
+#: Copies of the multiplier's low bit and of the element size's log2 (``register_copies``), each
+#: picking one group of the feature bytes' multiplexers.
+PRODUCT_GROUPS = 4
 
 
 def bus_switch_copies(config: KernelConfig) -> int:
@@ -275,10 +278,10 @@ class CommandSequencer(KernelBlock):
         feature_dim = image("index_dtype")[(dim_offset % 8) * 8:(dim_offset % 8 + dim_size) * 8]
         fdtype_offset = field_span(spec_image.HEADER_FIELDS, "feature_dtype")[0] % 8
         feature_dtype = image("index_dtype")[fdtype_offset * 8:fdtype_offset * 8 + 8]
-        feature_size_log2 = Signal(2)
-        m.d.sync += feature_size_log2.eq(Mux(feature_dtype == int(spec_image.FeatureDtype.FP32), 2,
-                                             Mux((feature_dtype == int(spec_image.FeatureDtype.FP16))
-                                                 | (feature_dtype == int(spec_image.FeatureDtype.BF16)), 1, 0)))
+        size_log2_next = Signal(2)      # the element size's log2, loaded into copies below
+        m.d.comb += size_log2_next.eq(Mux(feature_dtype == int(spec_image.FeatureDtype.FP32), 2,
+                                          Mux((feature_dtype == int(spec_image.FeatureDtype.FP16))
+                                              | (feature_dtype == int(spec_image.FeatureDtype.BF16)), 1, 0)))
         indptr_base = Signal(64)
         indices_base = Signal(64)
 
@@ -306,14 +309,46 @@ class CommandSequencer(KernelBlock):
         m.d.sync += [self_over.eq(self_bytes > desc("self_capacity")), sum_over.eq(sum_bytes > desc("sum_capacity"))]
         # feature_bytes = |F_{L-1}| x F by shifts and adds, one bit of F per cycle, in every cycle with
         # no enable (decoded from the state, the enables of these ~420 flip-flops were a long path on the
-        # ECP5 proxy): HOP loads the operands before FEATURES_MULTIPLY, which waits for the multiplier
-        # to shift out; then, and in every other state, the multiplier is 0, so nothing changes, and the
-        # byte counts follow the product a cycle behind. The sum is two 48-bit chains, the low one's
-        # carry into the high one registered (rtl/multiply.py ``split_accumulate``): exact a cycle
-        # after the last addition (FEATURES_CARRY)
-        carry = split_accumulate(m, feature_bytes, Mux(multiplier[0], multiplicand, 0), 48)
-        m.d.sync += [multiplicand.eq(multiplicand << 1), multiplier.eq(multiplier >> 1),
-                     self_bytes.eq(feature_bytes << feature_size_log2), sum_bytes.eq(feature_bytes << 2)]
+        # ECP5 proxy): the operands load in the cycle after each HOP cycle, and FEATURES_MULTIPLY (entered
+        # from HOP) waits that cycle and for the multiplier to shift out; then, and in every other state,
+        # the multiplier is 0, so nothing changes, and the byte counts follow the product a cycle behind.
+        # The sum is two 48-bit chains, the low one's carry into the high one registered (rtl/multiply.py
+        # ``split_accumulate``): exact a cycle after the last addition (FEATURES_CARRY)
+        # The load is a flip-flop set by HOP, in copies (``register_copies``), one per group of the
+        # operands and the sum (decoded from the state in HOP, one LUT reached their ~225 flip-flops:
+        # ``fsm_state`` -> ``multiplicand`` 8.67 ns at one level on ``small``'s ECP5 proxy), and the
+        # multiplier's low bit and the element size, which pick ~100 multiplexers each, are read through
+        # copies likewise (as one flip-flop each, ``multiplier`` -> the addend -> ``feature_bytes`` was
+        # 7.97 ns and ``feature_size_log2`` -> ``self_bytes`` 7.60 ns at two levels)
+        in_hop = Signal()
+        operands_due = register_copies(m, platform, "operands_due", in_hop, PRODUCT_GROUPS + 2)
+        multiplier_next = Signal.like(multiplier)
+        m.d.comb += multiplier_next.eq(Mux(operands_due[PRODUCT_GROUPS], feature_dim, multiplier >> 1))
+        m.d.sync += multiplier.eq(multiplier_next)
+        low_bits = register_copies(m, platform, "multiplier_low", multiplier_next[0], PRODUCT_GROUPS)
+        addend = Cat(Mux(low_bits[bit * PRODUCT_GROUPS // 96], multiplicand[bit], 0) for bit in range(96))
+        carry = split_accumulate(m, feature_bytes, addend, 48)
+        loaded_multiplicand = Cat(last_size, Const(0, 32))
+        for group in range(PRODUCT_GROUPS):
+            part = slice(group * 96 // PRODUCT_GROUPS, (group + 1) * 96 // PRODUCT_GROUPS)
+            with m.If(operands_due[group]):   # (after split_accumulate's statements: the load wins)
+                m.d.sync += feature_bytes[part].eq(0)
+            m.d.sync += multiplicand[part].eq(Mux(operands_due[group], loaded_multiplicand[part],
+                                                  (multiplicand << 1)[part]))
+        with m.If(operands_due[PRODUCT_GROUPS]):
+            m.d.sync += carry.eq(0)
+        multiplied = ~operands_due[PRODUCT_GROUPS + 1] & (multiplier == 0)   # (FEATURES_MULTIPLY's exit)
+        size_bits = [register_copies(m, platform, f"element_size{b}_", size_log2_next[b], PRODUCT_GROUPS)
+                     for b in range(2)]
+
+        def element_bytes_bit(bit):
+            """Bit ``bit`` of feature_bytes << feature_size_log2, through the bit's group's copies."""
+            copy = bit * PRODUCT_GROUPS // len(self_bytes)
+            return Mux(size_bits[1][copy], feature_bytes[bit - 2] if bit >= 2 else 0,
+                       Mux(size_bits[0][copy], feature_bytes[bit - 1] if 1 <= bit <= 96 else 0,
+                           feature_bytes[bit] if bit < 96 else 0))
+        m.d.sync += [self_bytes.eq(Cat(element_bytes_bit(bit) for bit in range(len(self_bytes)))),
+                     sum_bytes.eq(feature_bytes << 2)]
         counts_end = Signal(65)    # counts_base + frontier_size, registered (the HOP state's check)
 
         status = Signal(32)
@@ -557,9 +592,15 @@ class CommandSequencer(KernelBlock):
         # takes a job whenever a lane has room: the count is written only then). The decision reads
         # the pair's bit; the job's valid, off that path, the count itself: what the write-bounds
         # proof sees of a job
+        # (as two ANDs of flip-flops, the walk's state and the heads, each one LUT: the walk's take
+        # copies read both, so no seven-input AND of its own sits in front of them: ``prefetching``
+        # -> ``handing`` -> a take copy -> ``count_address`` was five levels, 8.09 ns on ``small``'s
+        # ECP5 proxy)
         handing = Signal()
-        m.d.comb += handing.eq(prefetching & ~frontier_end & nodes_in.valid & node_usable
-                               & pairs_in.valid & pair_good & room)
+        hand_state, hand_heads = Signal(name="hand_state"), Signal(name="hand_heads")
+        m.d.comb += [hand_state.eq(prefetching & ~frontier_end & room),
+                     hand_heads.eq(nodes_in.valid & node_usable & pairs_in.valid & pair_good),
+                     handing.eq(hand_state & hand_heads)]
         dispatchable = self.job.ready | no_samples
         # the count's field, whatever is decided (its valid is the decision's; the other states'
         # fields override the payload)
@@ -578,12 +619,12 @@ class CommandSequencer(KernelBlock):
         walk = [(written, written + count), (nodes_room, nodes_room - count),
                 (frontier_index, frontier_index + 1), (count_address, count_address + 4),
                 (node_address, node_address + id_offset(wide_nodes, count))]
-        # (the copies are LUT4s of the hand-off and the three bits of ``dispatched``: behind a LUT of
-        # its own, the dispatcher's intake flag -> ``count_address`` was five levels, 7.68 ns on
-        # ``small``'s ECP5 proxy)
+        # (the copies are LUT4s of the hand-off's two halves, ``dispatchable`` and the field port's
+        # ready: behind a LUT of its own, the dispatcher's intake flag -> ``count_address`` was five
+        # levels, 7.68 ns on ``small``'s ECP5 proxy)
         walk_takes = iter(lut_copies(m, platform, "walk_take",
-                                     lambda hand, ready, none, room: hand & (ready | none) & room,
-                                     [handing, self.job.ready, no_samples, fields_out.ready],
+                                     lambda state, heads, dispatch, room: state & heads & dispatch & room,
+                                     [hand_state, hand_heads, dispatchable, fields_out.ready],
                                      sum(-(-len(register) // WALK_GROUP) for register, _ in walk) + 1))
         for register, stepped in walk:
             m.d.sync += register.eq(Cat(Mux(next(walk_takes), stepped[bit:bit + WALK_GROUP],
@@ -696,9 +737,10 @@ class CommandSequencer(KernelBlock):
                 m.d.sync += [frontier_index.eq(0), frontier_end.eq(frontier_empty),
                              frontier_last.eq(frontier_size - 1), count_address.eq(counts_ptr + (counts_base << 2)),
                              node_address.eq(nodes_ptr + id_offset(wide_nodes, written))]
-                # |F_{L-1}| x F's operands load in every HOP cycle (the product is read only after
-                # the last hop's): the last hop's decision enables none of their 224 flip-flops
-                m.d.sync += [feature_bytes.eq(0), carry.eq(0), multiplicand.eq(last_size), multiplier.eq(feature_dim)]
+                # |F_{L-1}| x F's operands load in the cycle after every HOP cycle (the product is read
+                # only after the last hop's): the last hop's decision enables none of their ~225
+                # flip-flops, and neither does the state's decode (``operands_due``, above)
+                m.d.comb += in_hop.eq(1)
                 with m.If(last_hop & aggregate):
                     m.next = "FEATURES_MULTIPLY"
                 with m.Elif(last_hop):
@@ -758,7 +800,7 @@ class CommandSequencer(KernelBlock):
             # ---- AGGREGATE (section 5 step 5, then section 4): room for the self rows and the sums
             # of the last frontier, then the feature aggregator
             with m.State("FEATURES_MULTIPLY"):  # feature_bytes = |F_{L-1}| x F (above the state machine)
-                with m.If(multiplier == 0):
+                with m.If(multiplied):
                     m.next = "FEATURES_CARRY"
             with m.State("FEATURES_CARRY"):     # the low half's last carry reaches the high half
                 m.next = "FEATURES_SETTLE"

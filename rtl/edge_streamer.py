@@ -74,6 +74,10 @@ HEAD_NODE_COPIES = 2
 HEAD_NODE_GROUPS = 4
 #: Groups of the rest of a lane's staged job (its count and addresses, 133 flip-flops), likewise.
 STAGED_GROUPS = 4
+#: Groups of the head answer's and head job's payload registers in front of the collector, each
+#: loaded through a copy of its buffer's load decision (:class:`~smartsage.rtl.stream_buffer.StreamBuffer`).
+ANSWER_LOAD_GROUPS = 4
+COLLECT_LOAD_GROUPS = 2
 #: Answers (beats) a lane holds between its read channel and its collector.
 ANSWER_DEPTH = 32
 
@@ -252,8 +256,10 @@ class EdgeStreamer(KernelBlock):
         # each sampler's request valid (as three flip-flops they took a LUT level of their own in
         # front of the samplers' ready and ``head_node``: 8.3-9.4 ns on the ECP5 proxy)
         lane_open = Signal()
-        m.d.sync += lane_open.eq((tickets.level < tickets.depth - 1) & (collects.level < collects.depth - 1)
-                                 & ~(self.halt | collector.failed | finishing))
+        lane_open_next = Signal()
+        m.d.comb += lane_open_next.eq((tickets.level < tickets.depth - 1) & (collects.level < collects.depth - 1)
+                                      & ~(self.halt | collector.failed | finishing))
+        m.d.sync += lane_open.eq(lane_open_next)
         go = Signal()
         # whether the sampler whose turn it is is ready, a flip-flop of the lane's (the samplers' ready
         # registers, ANDed with the turn and ORed in front of ``go``, were two LUT levels of its
@@ -271,8 +277,9 @@ class EdgeStreamer(KernelBlock):
         assert SAMPLERS_PER_LANE > 1, "a job taken by a sampler must move the turn to another"
         # whether the staged job is dense (d == n: its ``dense`` flag), loaded as the job is taken
         head_dense = Signal()
-        with m.If(jobs.valid & jobs.ready):
-            m.d.sync += head_dense.eq(incoming.dense)
+        head_dense_next = Signal()
+        m.d.comb += head_dense_next.eq(Mux(jobs.valid & jobs.ready, incoming.dense, head_dense))
+        m.d.sync += head_dense.eq(head_dense_next)
         # the samplers' request (the staged job's key and degree) from flip-flops of their own, in
         # copies (as one copy, or as the read of a LUT-RAM stage, fanned out to the six samplers' node
         # registers, it was a one-LUT path of 8.2-9.1 ns on the ECP5 proxy). They load the incoming
@@ -300,12 +307,17 @@ class EdgeStreamer(KernelBlock):
             part = slice(group * len(register) // groups, (group + 1) * len(register) // groups)
             m.d.sync += register[part].eq(Mux(take, value[part], register[part]))
         take_job = jobs.valid & jobs.ready
-        with m.If(take_job):
-            m.d.sync += staged_valid.eq(1)
-        with m.Elif(go):
-            m.d.sync += staged_valid.eq(0)
-        with m.If(job_reset):
-            m.d.sync += staged_valid.eq(0)
+        staged_valid_next = Signal()
+        m.d.comb += staged_valid_next.eq(~job_reset & (take_job | (staged_valid & ~go)))
+        m.d.sync += staged_valid.eq(staged_valid_next)
+        # the samplers' request valids read copies of the stage's three flags, a set per sampler
+        # pipeline (``register_copies``), so that no one flag's net spans the lane's samplers: with
+        # the flags themselves, ``head_dense`` -> a valid -> a node's handshake-picked grant -> its
+        # issue flip-flops was 7.6-7.8 ns on ``small``'s ECP5 proxy
+        sampler_flags = [register_copies(m, platform, name, next_value, pipelines)
+                         for name, next_value in (("staged_valid_for", staged_valid_next),
+                                                  ("lane_open_for", lane_open_next),
+                                                  ("head_dense_for", head_dense_next))]
         m.d.comb += [
             offer.eq(staged_valid & lane_open),
             go.eq(offer & (head_dense | turn_ready)),
@@ -333,10 +345,11 @@ class EdgeStreamer(KernelBlock):
         m.d.sync += hop_fanout.eq(fanout)
         for number, sampler in enumerate(samplers):
             head_node = head_nodes[(number % pipelines) * HEAD_NODE_COPIES // pipelines]   # by sampler
+            staged_for, open_for, dense_for = (flags[number % pipelines] for flags in sampler_flags)
             m.d.comb += [sampler.request.payload.shifted_key.eq(head_node.shifted_key),
                          sampler.request.payload.degree.eq(head_node.degree),
                          sampler.request.payload.fanout.eq(hop_fanout),
-                         sampler.request.valid.eq(offer & ~head_dense & turn_ready_of[number])]
+                         sampler.request.valid.eq(staged_for & open_for & ~dense_for & turn_ready_of[number])]
         m.d.comb += turn_hot_next.eq(turn_hot)
         with m.If(go):
             m.d.comb += [tickets.w_en.eq(1), collects.w_en.eq(1)]
@@ -449,15 +462,20 @@ class EdgeStreamer(KernelBlock):
         # the collector reads the head answer from flip-flops (a two-entry buffer behind the FIFO's
         # LUT-RAM read: its id count and error flag decide the collector's step, whose ready moved
         # the FIFO's pointers and level in the same cycle)
-        m.submodules.answer_head = answer_head = ResetInserter(job_reset)(StreamBuffer(answer_in.shape()))
+        # (its payload in groups, each loaded through a copy of the head's load decision: the collector's
+        # ready reaches a LUT per group, not the ~200-600 payload registers; ``ANSWER_LOAD_GROUPS``)
+        m.submodules.answer_head = answer_head = ResetInserter(job_reset)(
+            StreamBuffer(answer_in.shape(), load_groups=ANSWER_LOAD_GROUPS))
         m.d.comb += [answer_head.i.valid.eq(answers.r_rdy), answer_head.i.payload.eq(answers.r_data),
                      answers.r_en.eq(answer_head.i.ready)]
         wiring.connect(m, answer_head.o, collector.answers)
         # and the job at the head of its queue likewise (the job's address from the FIFO's LUT-RAM
         # ran through the append's address into the write combiner port's beat compares: 12.1 ns on
         # the ECP5 proxy; a job waits in the queue for its ids' storage round trip, so the buffer's
-        # cycle is hidden)
-        m.submodules.collect_head = collect_head = ResetInserter(job_reset)(StreamBuffer(collect_layout))
+        # cycle is hidden), its payload in groups as the answer's (the collector's job ready -> one
+        # LUT -> the ~100 enables was 8.6-9.0 ns on ``small``'s proxy)
+        m.submodules.collect_head = collect_head = ResetInserter(job_reset)(
+            StreamBuffer(collect_layout, load_groups=COLLECT_LOAD_GROUPS))
         m.d.comb += [collect_head.i.valid.eq(collects.r_rdy), collect_head.i.payload.eq(collects.r_data),
                      collects.r_en.eq(collect_head.i.ready)]
         wiring.connect(m, collect_head.o, collector.jobs)

@@ -62,8 +62,9 @@ def indptr_tag_shape(data_width: int) -> data.StructLayout:
 class FrontierPrefetcher(KernelBlock):
     """Reads a hop's frontier ahead, checks the ids, computes their keys and reads their indptr pairs.
 
-    A two-stage pipeline, one node per cycle: stage 0 checks a frontier id into a two-entry buffer
-    (and reserves its indptr pair's place), stage 1, the buffer's head, issues its indptr read(s) and
+    A pipeline, one node per cycle: stage 0 compares a frontier id with the node count into a
+    two-entry buffer (and reserves its indptr pair's place), the buffer's head gives the id its range
+    flag into a second two-entry buffer, and stage 1, that buffer's head, issues its indptr read(s) and
     queues it; ids out of range or read in error pass through stage 1 without reads (frontier
     order). Each id's key H_v comes from a free-running pipeline (two mix32 rounds) into a key FIFO
     beside the checked ids, after mix32's first xor-shift (an involution: the second round's last sum
@@ -184,15 +185,30 @@ class FrontierPrefetcher(KernelBlock):
         # (the high halves' equality as "neither below nor above", a third carry chain beside the two:
         # a 32-bit equality is a three-level LUT tree, and with it frontier_answers -> s1_in_range was
         # 7.65-8.78 ns, four LUT levels, in every run of the whole kernel's ECP5 proxy)
-        low_below = low_id < num_nodes[:32]
-        wide_below = (high_id < num_nodes[32:]) | (~(num_nodes[32:] < high_id) & low_below)
-        narrow_below = Mux(arriving.address[2], high_id < num_nodes[:32], low_below)
-        in_range = ~arriving.error & Mux(wide_ids, wide_below, num_nodes_high_any | narrow_below)
+        # The compares' four outcomes are registered (``compared``, a two-entry buffer in front of the
+        # checked one) and combined into the id's range flag on the way into the checked buffer: the
+        # carry chains, the width's and the word's selects and the buffer's input multiplexer in one
+        # cycle were 7.86-8.02 ns on ``small``'s ECP5 proxy (frontier_answers -> the checked buffer's
+        # ``in_range``, four levels after the chain)
+        compared_layout = data.StructLayout({"node": 64, "error": 1, "address": 64, "low_below": 1,
+                                             "high_below": 1, "high_above": 1, "alt_below": 1})
+        m.submodules.compared = compared = ResetInserter(job_reset | finishing)(StreamBuffer(compared_layout))
+        compared_in = compared.i.payload
+        m.d.comb += [compared_in.node.eq(arriving_id), compared_in.error.eq(arriving.error),
+                     compared_in.address.eq(arriving.address),
+                     compared_in.low_below.eq(low_id < num_nodes[:32]),
+                     compared_in.high_below.eq(high_id < num_nodes[32:]),
+                     compared_in.high_above.eq(num_nodes[32:] < high_id),
+                     compared_in.alt_below.eq(high_id < num_nodes[:32])]
+        head = compared.o.payload
+        wide_below = head.high_below | (~head.high_above & head.low_below)
+        narrow_below = Mux(head.address[2], head.alt_below, head.low_below)
+        in_range = ~head.error & Mux(wide_ids, wide_below, num_nodes_high_any | narrow_below)
         # every id taken gets its key H_v from a free-running pipeline (the id registered, two mix32
         # rounds) into ``node_keys``, in frontier order beside ``nodes_ahead``; ids taken and not yet
-        # dispatched are at most ``ahead + 2`` (the checked buffer's two and nodes_ahead), so the FIFO
-        # never overflows
-        node_keys = FreeSlotFIFO(width=32, depth=ahead + 3)
+        # dispatched are at most ``ahead + 4`` (the compared and checked buffers' two each and
+        # nodes_ahead), so the FIFO never overflows
+        node_keys = FreeSlotFIFO(width=32, depth=ahead + 5)
         m.submodules.node_keys = ResetInserter(job_reset)(node_keys)
         key_id = Signal(64)
         key_valid = Signal(2 * MIX32_LATENCY + 1)   # a valid bit per stage
@@ -230,8 +246,9 @@ class FrontierPrefetcher(KernelBlock):
         reserve_room = Signal(init=1)
         m.d.comb += reserved_next.eq(Mux(job_reset, 0, pairs_reserved + reserve - release - returned))
         m.d.sync += [pairs_reserved.eq(reserved_next), reserve_room.eq(reserved_next < ahead)]
-        # the two stages: stage 0 checks an id into a two-entry buffer, stage 1 (the buffer's head)
-        # issues its read(s). The answer's ready is the buffer's room (a flip-flop), the reservation's
+        # the stages: stage 0 compares an id into a two-entry buffer (above), its head's range flag
+        # goes into a second one (checked), whose head, stage 1, issues its read(s). The answer's ready
+        # is the first buffer's room (a flip-flop), the reservation's
         # and ``prefetching``: with stage 1 as a register of its own, loaded as it emptied, its read's
         # handshake ran through the stage's room into the answer's ready and the reservation count,
         # nine levels and 10.91 ns on ``default``'s ECP5 proxy. Each id takes a cycle more to reach
@@ -248,10 +265,11 @@ class FrontierPrefetcher(KernelBlock):
         stage_layout = data.StructLayout(stage_fields)
         m.submodules.checked = checked = ResetInserter(job_reset | finishing)(StreamBuffer(stage_layout))
         checked_in = checked.i.payload
-        m.d.comb += [checked_in.node.eq(arriving_id), checked_in.in_range.eq(in_range),
-                     checked_in.error.eq(arriving.error), checked_in.address.eq(arriving.address)]
+        m.d.comb += [checked_in.node.eq(head.node), checked_in.in_range.eq(in_range),
+                     checked_in.error.eq(head.error), checked_in.address.eq(head.address),
+                     checked.i.valid.eq(compared.o.valid), compared.o.ready.eq(checked.i.ready)]
         if data_bytes > 8:
-            low_sum = self.indptr_base[:3 + index_bits] + Cat(Const(0, 3), arriving_id[:index_bits])
+            low_sum = self.indptr_base[:3 + index_bits] + Cat(Const(0, 3), head.node[:index_bits])
             m.d.comb += [checked_in.word.eq(low_sum[3:3 + index_bits]),
                          checked_in.same_beat.eq(low_sum[3:3 + index_bits] != ids_per_beat // 2 - 1)]
         stage = checked.o.payload
@@ -299,8 +317,8 @@ class FrontierPrefetcher(KernelBlock):
         with m.If(s1_done | job_reset | finishing):
             m.d.sync += s1_second.eq(0)
         with m.If(prefetching & reserve_room):
-            m.d.comb += [mem.response.ready.eq(checked.i.ready), checked.i.valid.eq(mem.response.valid)]
-            with m.If(mem.response.valid & checked.i.ready):
+            m.d.comb += [mem.response.ready.eq(compared.i.ready), compared.i.valid.eq(mem.response.valid)]
+            with m.If(mem.response.valid & compared.i.ready):
                 m.d.comb += [reserve.eq(1), key_taken.eq(1)]
         # indptr answers pair up (start, end) and go, three cycles later, into the reserved FIFO space:
         # both from one beat, or from two answers. Three short stages, not one long one: the pair's

@@ -207,6 +207,17 @@ def test_each_block_resets_from_its_own_copy_of_the_kernel_reset(exported, proxy
 
     flag_copies += [f"node{node}_issue{i}_ff" for _ in range(CONFIG.lanes * samplers)
                     for node in range(NODES_PER_SAMPLER) for i in range(ISSUE_COPIES + (PICK_COPIES if node else 0))]
+    # and each lane's job stage flags as its samplers' request valids read them, one set per sampler
+    flag_copies += [f"{flag}_for{i}_ff" for _ in range(CONFIG.lanes) for i in range(samplers)
+                    for flag in ("staged_valid", "lane_open", "head_dense")]
+    # and the sequencer's multiplier low bit and element size (two bits), one per group of the feature
+    # bytes' multiplexers, and its product's operand load, one per group and two more (the multiplier
+    # and the carry; the multiply state's exit)
+    from smartsage.rtl.command_sequencer import PRODUCT_GROUPS
+
+    flag_copies += [f"{name}{i}_ff" for name in ("multiplier_low", "element_size0_", "element_size1_")
+                    for i in range(PRODUCT_GROUPS)]
+    flag_copies += [f"operands_due{i}_ff" for i in range(PRODUCT_GROUPS + 2)]
     # and each lane's samplers' reset, one per sampler and one for the lane's turn flag
     flag_copies += [f"samplers_reset{i}_ff" for _ in range(CONFIG.lanes) for i in range(samplers + 1)]
     # and the write combiner's flush, one per port (the lanes' and the sequencer's)
@@ -248,7 +259,8 @@ def test_frontier_walk_steps_from_copies_of_its_decision_on_the_proxy_only(expor
     per group of each of its copies of the staged node and of the rest of its staged job, and the
     aggregator's beat writer's two data selects, one per group of the data's bits, and each lane
     issuer's read handshake and each write combiner port's field handshake, and each lane's job
-    ready, which Yosys keeps apart; the exported Verilog has none."""
+    ready, and the grouped loads of the lanes' head answer and job and the aggregator's head work
+    record, which Yosys keeps apart; the exported Verilog has none."""
     import re
 
     from smartsage.rtl.command_sequencer import WALK_GROUP
@@ -271,5 +283,14 @@ def test_frontier_walk_steps_from_copies_of_its_decision_on_the_proxy_only(expor
     expected += ["job_ready0_lut"] * CONFIG.lanes
     beat_groups = max(1, (CONFIG.data_width + CONFIG.data_bytes) // BEAT_GROUP_BITS)
     expected += [f"beat_take{port}_{group}_0_lut" for port in range(CONFIG.lanes + 1) for group in range(beat_groups)]
+    # and the load decision of each two-entry buffer whose head loads in groups: each lane's head
+    # answer and head job, and the aggregator's head work record
+    from smartsage.rtl.edge_streamer import ANSWER_LOAD_GROUPS, COLLECT_LOAD_GROUPS
+
+    expected += [f"head_load{i}_lut" for _ in range(CONFIG.lanes)
+                 for groups in (ANSWER_LOAD_GROUPS, COLLECT_LOAD_GROUPS) for i in range(groups)]
+    from smartsage.rtl.feature_aggregator import WORK_LOAD_GROUPS
+
+    expected += [f"head_load{i}_lut" for i in range(WORK_LOAD_GROUPS)]
     assert sorted(luts) == sorted(expected), luts
     assert "LUT4" not in exported["verilog"].read_text()

@@ -259,19 +259,20 @@ def test_split_accumulate_keeps_the_running_sum_and_settles_a_cycle_after():
 
 
 @pytest.mark.parametrize("stall", [0.0, 0.4])
-@pytest.mark.parametrize("buffer", [StreamBuffer, PingPongBuffer])
-def test_stream_buffer_keeps_order_and_full_rate(stall, buffer):
+@pytest.mark.parametrize("buffer, load_groups", [(StreamBuffer, 1), (StreamBuffer, 3), (PingPongBuffer, 1)])
+def test_stream_buffer_keeps_order_and_full_rate(stall, buffer, load_groups):
     """Every payload comes out once, in order; with a consumer that never stalls it runs one per
     cycle after one cycle of latency; ``i.ready`` and ``o.valid`` are registers (they do not follow
     ``o.ready`` or ``i.valid`` in the same cycle); the stream buffer's ``next_head`` is the payload it
     shows after a cycle where its head left or was empty. The ping-pong buffer's payload is wider than one
     group of its output multiplexer (two groups, each with its copy of the read pointer on the proxy),
-    and its head flags are those of the payload it shows in every cycle it shows one."""
+    and its head flags are those of the payload it shows in every cycle it shows one. A stream buffer
+    whose head loads in three groups (``load_groups``) behaves as one that loads in one."""
     seed = _seed()
     rng = random.Random(seed)
     width = 16 if buffer is StreamBuffer else SELECT_GROUP + 16
     flags_of = lambda payload: Cat(payload[3], payload[5] & ~payload[SELECT_GROUP + 9])  # noqa: E731
-    dut = buffer(width) if buffer is StreamBuffer else buffer(width, head_flags=flags_of)
+    dut = buffer(width, load_groups=load_groups) if buffer is StreamBuffer else buffer(width, head_flags=flags_of)
     flags_seen = []     # (the ping-pong buffer's) head flags and what they should be, while it shows a head
     sent = [rng.getrandbits(width) for _ in range(300)]
     received = []
@@ -339,6 +340,11 @@ def test_stream_buffer_keeps_order_and_full_rate(stall, buffer):
         assert len(flags_seen) >= len(sent) and all(seen == due for seen, due in flags_seen), seed
     if buffer is StreamBuffer:   # what it said would come next came next
         assert len(following) > len(sent) // 2 and all(said == came for said, came in following), seed
+
+
+def test_stream_buffer_refuses_no_load_groups():
+    for groups in (0, -1, 1.5):
+        _refused("load_groups must be a positive integer", lambda g=groups: StreamBuffer(8, load_groups=g))
 
 
 def test_ping_pong_buffer_clear_drops_what_it_holds():

@@ -94,9 +94,10 @@ KERNEL_WRITES_CHECKS = {
     "lane_appends": FormalCheck(
         "lane_appends", "lane_appends", "prove", 2,
         "the collector's appends against the job at its head (jobs as the streamer's FIFO and the "
-        "sequencer's proved job slots provide them, answers free); k-induction closes at depth 2 with three "
-        "invariants on its two registers (no id appended while no job is at the head; appended < count; the "
-        "next id's address is the job's + appended x id size); one property per run, in order "
+        "sequencer's proved job slots provide them, answers free); k-induction closes at depth 2 with four "
+        "invariants on its three registers (no id appended while no job is at the head; appended < count; "
+        "the job-end register appended_up == appended + 1; the next id's address is the job's + appended x "
+        "id size); one property per run, in order "
         "(kernel_writes.ordered_parts)",
         parts=lane_appends.PART_ORDER),
 }
@@ -118,8 +119,9 @@ CHECKS: dict[str, FormalCheck] = {
         "k-induction closes for the AR handshake (ARADDR / ARLEN registers held while ARVALID waits) with "
         "the invariant FIFO level <= depth", 6,
         "the split, tiling and labels come from the block's cursor registers and FIFO memory; 6 steps from "
-        "reset (the 7th took minutes here) cover a request accepted, split at a 256-beat or 4 KiB boundary "
-        "(first AR at step 2, the next at 3), 3 bursts presented and the first beats answered, with every "
+        "reset (the 7th took minutes here) cover a request accepted, planned (a cycle in its two-entry "
+        "buffer), split at a 256-beat or 4 KiB boundary (first AR at step 3, the next at 4), bursts presented "
+        "and the first beats answered, with every "
         "address and length free; longer traces (more requests queued, a full 256-beat answer) are not covered"),
     **_checks(
         "write_combiner", 4, _FIFO_INVARIANT, 8,

@@ -134,26 +134,26 @@ class BurstReaderHarness(Harness):
 
         # the requests: first and final beat; the AR side and the R side each walk them in order
         entry = data.StructLayout({"first": 64, "final": 64, "offset": size_log2, "length": 32})
-        requests = [Signal(entry, name=f"request_{i}") for i in range(4)]
-        # counters of requests (3 bits, slots by the low 2): at most 4 unanswered (2 bursts in flight,
-        # one presented, one being split)
-        written = Signal(3, name="requests_written")
-        issued = Signal(3, name="requests_issued")     # requests whose every burst was asked for
-        answered = Signal(3, name="requests_answered")  # requests whose every beat came back
+        requests = [Signal(entry, name=f"request_{i}") for i in range(8)]
+        # counters of requests (4 bits, slots by the low 3): at most 6 unanswered (2 bursts in flight,
+        # one presented, one being split, two planned)
+        written = Signal(4, name="requests_written")
+        issued = Signal(4, name="requests_issued")     # requests whose every burst was asked for
+        answered = Signal(4, name="requests_answered")  # requests whose every beat came back
         address, length = request.payload.address, request.payload.length
         with m.If(request.valid & request.ready):
             m.d.sync += written.eq(written + 1)
             for i, slot in enumerate(requests):
-                with m.If(written[:2] == i):
+                with m.If(written[:3] == i):
                     m.d.sync += [slot.first.eq(address & ~(data_bytes - 1)),
                                  slot.final.eq((address + length - 1) & ~(data_bytes - 1)),
                                  slot.offset.eq(address[:size_log2]), slot.length.eq(length)]
-        m.d.comb += Assert(~(request.valid & request.ready) | ((written - answered)[:3] != 4))
+        m.d.comb += Assert(~(request.valid & request.ready) | ((written - answered)[:4] != 8))
 
         def pick(index, name):
             value = Signal(entry, name=name)
             for i, slot in enumerate(requests):
-                with m.If(index[:2] == i):
+                with m.If(index[:3] == i):
                     m.d.comb += value.eq(slot)
             return value
 

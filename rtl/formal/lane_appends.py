@@ -37,19 +37,20 @@ from .kernel_writes import ADDRESS_SPACE, FORMAL_KERNEL_CONFIG, PartsHarness, or
 __all__ = ["LaneAppendsHarness", "BROKEN_LANE_APPENDS", "PART_ORDER", "build"]
 
 #: The lane_appends properties, invariants first (see :func:`~.kernel_writes.ordered_parts`).
-PART_ORDER = ("no_job_none_appended", "appended_below_count", "first_flag", "append_address", "job_slot",
-              "node_list_window")
+PART_ORDER = ("no_job_none_appended", "appended_below_count", "appended_up", "first_flag", "append_address",
+              "job_slot", "node_list_window")
 
 
 class _ObservedCollector(NodeListCollector):
-    """The real collector (its registers are reachable as ``_appended``, ``_first`` and ``_append_address``)."""
+    """The real collector (its registers are reachable as ``_appended``, ``_appended_up``, ``_first`` and
+    ``_append_address``)."""
 
 
 class _PopsLate(NodeListCollector):
     """Broken: a job leaves one id late (its last append lands in the next slot, past the job's)."""
 
-    def _last_of_job(self, appended, count):
-        return appended == count
+    def _last_of_job(self, appended_up, count):
+        return appended_up == count + 1
 
 
 class _NarrowStride(NodeListCollector):
@@ -92,6 +93,7 @@ class LaneAppendsHarness(PartsHarness):
             "no_job_none_appended": jobs.valid | (dut._appended == 0),
             "appended_below_count": ~jobs.valid | (dut._appended < job.count),
             # (after the count bound: a broken collector whose count wraps breaks that one first)
+            "appended_up": dut._appended_up == dut._appended + 1,
             "first_flag": dut._first == (dut._appended == 0),
             "append_address": ~jobs.valid | (dut._appended == 0)
                               | (dut._append_address == (job.address + id_offset(wide, dut._appended))[:64]),

@@ -179,8 +179,10 @@ class WriteCombiner(wiring.Component):
             with m.If(incoming.valid & incoming.ready):
                 m.d.sync += [previous_beat.eq(incoming_beat), previous_next.eq(incoming_beat + 1)]
             port = stage.o
-            beats = FreeSlotFIFO(width=beat_layout.size, depth=depth)
-            runs = FreeSlotFIFO(width=run_layout.size, depth=depth)
+            # (their writes are counted a cycle late: the push reaches a flip-flop in each, not their
+            # pointers and levels, 8.3-8.4 ns from the room flag's copy on the ECP5 proxy)
+            beats = FreeSlotFIFO(width=beat_layout.size, depth=depth, late_write=True)
+            runs = FreeSlotFIFO(width=run_layout.size, depth=depth, late_write=True)
             m.submodules[f"beats{number}"] = beats
             m.submodules[f"runs{number}"] = runs
             beat_fifos.append(beats)
@@ -229,17 +231,17 @@ class WriteCombiner(wiring.Component):
             push = Signal(name=f"push{number}")
             push_address = Signal(ADDRESS_WIDTH, name=f"push_address{number}")
             push_beat = Signal(beat_layout, name=f"push_beat{number}")
-            # room in both FIFOs: their levels a cycle before were below depth - 1 (a level grows by at
-            # most one a cycle), flags of their own, so no level compare sits in front of the port's
-            # handshake and the open beat's enables. The flag is copied: one copy is the port's ready
-            # (the input stage's ~150 enables), one decides the push, the others enable a group of the
-            # open beat's flip-flops each, through their own copy of the handshake (as one net, the
-            # flag reached some 700 enables; with the ready and the push on one copy, that copy ->
-            # the push -> the run FIFO's level was 9.7 ns on the whole kernel's proxy)
+            # room in both FIFOs: their levels a cycle before were below depth - 2 (a level grows by at most
+            # one a cycle, and a push is counted a cycle after it), flags of their own, so no level compare
+            # sits in front of the port's handshake and the open beat's enables. The flag is copied: one copy
+            # is the port's ready (the input stage's ~150 enables), one decides the push, the others enable a
+            # group of the open beat's flip-flops each, through their own copy of the handshake (as one net,
+            # the flag reached some 700 enables; with the ready and the push on one copy, that copy -> the
+            # push -> the run FIFO's level was 9.7 ns on the whole kernel's proxy)
             beat_bits = beat_layout.size
             beat_groups = max(1, beat_bits // BEAT_GROUP_BITS)
             rooms = register_copies(m, platform, f"room{number}_",
-                                    (beats.level < depth - 1) & (runs.level < depth - 1), 2 + beat_groups)
+                                    (beats.level < depth - 2) & (runs.level < depth - 2), 2 + beat_groups)
             room = rooms[1]
             taking = port.valid & room
             m.d.comb += [port.ready.eq(rooms[0]), beats.w_data.eq(push_beat), beats.w_en.eq(push),
@@ -312,7 +314,8 @@ class WriteCombiner(wiring.Component):
                                  run_nearly_full.eq(MAX_BURST == 2)]
             with m.Elif(flush & ~is_open & run_open):
                 m.d.sync += run_open.eq(0)
-            idles.append(edge_idle & stage.idle & ~is_open & ~run_open & ~beats.r_rdy & ~runs.r_rdy)
+            idles.append(edge_idle & stage.idle & ~is_open & ~run_open & ~beats.r_rdy & ~runs.r_rdy
+                         & ~beats.w_pending & ~runs.w_pending)
 
         # ---- AW: one run at a time from the ports in turn, registered (AWADDR holds while AWVALID)
         port_bits = max(1, (self._ports - 1).bit_length())

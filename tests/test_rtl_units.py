@@ -809,6 +809,9 @@ def test_parameter_validation_messages():
                 FreeSlotFIFO(**bad)
         with pytest.raises(TypeError, match=r"FIFO head bits must be an integer in 0..width \(8\), not 9"):
             FreeSlotFIFO(width=8, depth=2, head_bits=9)
+        for bad in ({"depth": 1}, {"depth": 4, "next_flag": True}, {"depth": 4, "head_bits": 2}):
+            with pytest.raises(TypeError, match="a late-write FIFO holds at least 2 entries and has no next_flag"):
+                FreeSlotFIFO(width=8, late_write=True, **bad)
         gc.collect()
 
 
@@ -884,6 +887,56 @@ def test_free_slot_fifo_behaves_as_sync_fifo(depth):
     sim.run()
     # (a FIFO of one entry never holds a second, nor takes one while full: no next flag to show)
     assert seen["full"] and seen["empty"] and seen["reads"] > 300 and (seen["flags"] > 100 or depth == 1), seen
+
+
+@pytest.mark.parametrize("depth", [2, 3, 32])
+def test_late_write_fifo_counts_a_write_a_cycle_after_it(depth):
+    """FreeSlotFIFO(late_write=True) against a model, cycle by cycle, under random writes (whenever
+    ready) and reads: a write taken in a cycle is pending in the next (``w_pending``), counted and
+    readable in the one after; ``w_rdy`` is "fewer than depth - 1 counted"; the entries come out in
+    order, unchanged by the inputs written at the free slot in every cycle, and the counted and
+    pending entries never exceed the depth (full reached, back-to-back writes and reads included)."""
+    from collections import deque
+
+    from smartsage.rtl.free_slot_fifo import FreeSlotFIFO
+
+    rng = random.Random(_seed() + depth)
+    m = Module()
+    m.submodules.fifo = fifo = FreeSlotFIFO(width=12, depth=depth, late_write=True)
+    counted, pending = deque(), [None]
+    seen = {"full": 0, "reads": 0, "back_to_back": 0}
+
+    async def bench(ctx):
+        was_taken = False
+        for _ in range(1500):
+            w_en, r_en, data = rng.random() < 0.6, rng.random() < 0.45, rng.getrandbits(12)
+            ctx.set(fifo.w_en, w_en)
+            ctx.set(fifo.r_en, r_en)
+            ctx.set(fifo.w_data, data)
+            assert ctx.get(fifo.level) == len(counted)
+            assert ctx.get(fifo.w_pending) == (pending[0] is not None)
+            assert ctx.get(fifo.r_rdy) == bool(counted)
+            assert ctx.get(fifo.w_rdy) == (len(counted) < depth - 1)
+            assert len(counted) + (pending[0] is not None) <= depth
+            if counted:
+                assert ctx.get(fifo.r_data) == counted[0]
+            taken, pop = w_en and ctx.get(fifo.w_rdy), r_en and bool(counted)
+            seen["full"] += len(counted) + (pending[0] is not None) == depth
+            seen["reads"] += pop
+            seen["back_to_back"] += taken and was_taken
+            was_taken = taken
+            await ctx.tick()
+            if pop:
+                counted.popleft()
+            if pending[0] is not None:
+                counted.append(pending[0])
+            pending[0] = data if taken else None
+
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen["full"] and seen["reads"] > 300 and seen["back_to_back"] > 100, seen
 
 
 @pytest.mark.parametrize("cycles", [1, 2, 4, 14, SECTION_DEPTH, SECTION_DEPTH + 1, 3 * SECTION_DEPTH + 2])

@@ -185,8 +185,13 @@ def fifo_invariants(m: Module, block: Observed):
     """Invariants for the induction: every FIFO of ``block`` holds at most its depth (and a
     :class:`~smartsage.rtl.free_slot_fifo.FreeSlotFIFO`'s ready flags, flip-flops, agree with its level)."""
     m.d.comb += [Assert(fifo.level <= fifo.depth) for fifo in block.fifos]
+    free_slot = [fifo for fifo in block.fifos if isinstance(fifo, FreeSlotFIFO)]
     m.d.comb += [Assert((fifo.r_rdy == (fifo.level != 0)) & (fifo.w_rdy == (fifo.level != fifo.depth)))
-                 for fifo in block.fifos if isinstance(fifo, FreeSlotFIFO)]
+                 for fifo in free_slot if not fifo.late_write]
+    # (a late-write FIFO: ready below depth - 1 counted, and with its pending entry within its depth)
+    m.d.comb += [Assert((fifo.r_rdy == (fifo.level != 0)) & (fifo.w_rdy == (fifo.level < fifo.depth - 1))
+                        & (fifo.level + fifo.w_pending <= fifo.depth))
+                 for fifo in free_slot if fifo.late_write]
 
 
 class OneTooMany:

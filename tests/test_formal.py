@@ -112,3 +112,21 @@ def test_a_check_that_times_out_leaves_no_solver_running(tmp_path):
         except OSError:
             continue
     assert not left, f"processes still running in the check's folder: {left}"
+
+
+def test_formal_tools_are_the_environments_own_first(tmp_path, monkeypatch):
+    """A solver earlier on PATH (Debian's z3 4.8, say) does not shadow the one installed beside this
+    Python (the z3-solver wheel's), which the checks' budgets were measured with."""
+    import os
+    import shutil
+    import sys
+
+    from smartsage.rtl.formal import common
+
+    own = shutil.which("z3", path=os.path.dirname(sys.executable))
+    assert own is not None, "the [dev] extra installs z3-solver, whose z3 lies beside this Python"
+    other = tmp_path / "z3"
+    other.write_text("#!/bin/sh\nexit 1\n")
+    other.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}")
+    assert common._tool("z3") == own

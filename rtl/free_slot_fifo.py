@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -53,6 +53,8 @@ class FreeSlotFIFO(wiring.Component):
         ``r_data``'s low ``head_bits`` bits, valid while ``r_rdy``, from a register.
     w_pending : ``Out(1)`` (with ``late_write=True``)
         An entry written in the cycle before, not yet counted in ``level`` nor readable.
+    r_pending : ``Out(1)`` (with ``late_read=True``)
+        The entry read in the cycle before, still counted in ``level`` (not readable again).
 
     With ``late_write=True`` a write is counted a cycle after it is taken: ``w_en & w_rdy`` goes to a
     flip-flop (``w_pending``) that moves the write pointer and the level in the next cycle, and the
@@ -61,10 +63,18 @@ class FreeSlotFIFO(wiring.Component):
     combiner's push -> its beat and run FIFOs' levels, four levels and 8.3-8.4 ns on the ECP5
     proxy); the entry is readable a cycle later, and ``w_rdy`` means fewer than ``depth - 1``
     entries (with the one pending, at most ``depth`` are held).
+
+    With ``late_read=True`` a read is counted a cycle after it is taken, likewise: ``r_en & r_rdy``
+    goes to a flip-flop (``r_pending``) that moves the level in the next cycle (the read pointer
+    steps with the take, so it names the head). The consumer's handshake decision reaches that
+    flip-flop, the pointer's step and ``r_rdy`` (the last select of its next value), not the level
+    (the write combiner's burst intake -> its run FIFOs' levels, three and four levels and 7.4-7.7 ns
+    on the ECP5 proxy). ``r_rdy`` stays true across back-to-back reads while a second
+    entry is counted; ``w_rdy`` sees the room a read frees a cycle later.
     """
 
     def __init__(self, *, width: int, depth: int, next_flag: bool = False, head_bits: int = 0,
-                 late_write: bool = False):
+                 late_write: bool = False, late_read: bool = False):
         if not isinstance(width, int) or width < 1:
             raise TypeError(f"FIFO width must be a positive integer, not {width!r}")
         if not isinstance(depth, int) or depth < 1:
@@ -73,8 +83,10 @@ class FreeSlotFIFO(wiring.Component):
             raise TypeError(f"FIFO head bits must be an integer in 0..width ({width}), not {head_bits!r}")
         if late_write and (next_flag or head_bits or depth < 2):
             raise TypeError("a late-write FIFO holds at least 2 entries and has no next_flag or head_bits")
+        if late_read and (next_flag or head_bits):
+            raise TypeError("a late-read FIFO has no next_flag or head_bits")
         self._width, self._depth, self._next_flag, self._head_bits = width, depth, next_flag, head_bits
-        self._late_write = late_write
+        self._late_write, self._late_read = late_write, late_read
         members = {"w_data": In(width), "w_en": In(1), "w_rdy": Out(1, init=1),
                    "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1), "level": Out(range(depth + 1))}
         if next_flag:
@@ -83,6 +95,8 @@ class FreeSlotFIFO(wiring.Component):
             members["r_head"] = Out(head_bits)
         if late_write:
             members["w_pending"] = Out(1)
+        if late_read:
+            members["r_pending"] = Out(1)
         super().__init__(members)
 
     @property
@@ -93,6 +107,10 @@ class FreeSlotFIFO(wiring.Component):
     def late_write(self) -> bool:
         return self._late_write
 
+    @property
+    def late_read(self) -> bool:
+        return self._late_read
+
     def elaborate(self, platform):
         slots = self._depth + 1
         m = Module()
@@ -100,10 +118,16 @@ class FreeSlotFIFO(wiring.Component):
         write, read = storage.write_port(), storage.read_port(domain="comb")
         w_ptr, r_ptr = Signal(range(slots)), Signal(range(slots))
         push, pop = Signal(), Signal()
-        m.d.comb += [
-            write.data.eq(self.w_data), write.en.eq(1),
-            read.addr.eq(r_ptr), self.r_data.eq(read.data), pop.eq(self.r_en & self.r_rdy),
-        ]
+        m.d.comb += [write.data.eq(self.w_data), write.en.eq(1), self.r_data.eq(read.data)]
+        taken = self.r_en & self.r_rdy
+        # (with late reads the read pointer still steps with the take, so it names the head, and the
+        # pending read's flip-flop moves the level only)
+        m.d.comb += read.addr.eq(r_ptr)
+        if self._late_read:
+            m.d.sync += self.r_pending.eq(taken)
+            m.d.comb += pop.eq(self.r_pending)
+        else:
+            m.d.comb += pop.eq(taken)
         if self._late_write:
             # the taken write in a flip-flop; the next input goes to the slot after the pending one
             # (the pointer plus one, a register stepped with it)
@@ -117,10 +141,23 @@ class FreeSlotFIFO(wiring.Component):
         # the two flags are flip-flops (a level compare in front of the consumers' and producers'
         # handshakes was a LUT level of the kernel's worst paths): set from the level and the
         # handshakes of the cycle, as the level itself is
-        with m.If(push):
-            m.d.sync += self.r_rdy.eq(1)
-        with m.Elif(pop):
-            m.d.sync += self.r_rdy.eq(self.level != 1)
+        if self._late_read:
+            # entries counted in the next cycle (level + push - pop), less the one taken now: the take
+            # and the push pick between two compares of flip-flops at the last LUT (the push in the
+            # compares' sum put a lane's job handshake in front of a carry chain into its tickets
+            # FIFO's ``r_rdy``, eight levels and 8.8-9.3 ns on ``small``'s ECP5 proxy)
+            # (no carry chain either: the level's compares with 1, 2 and 3 are ORs of its bits)
+            level = Cat(self.level, Const(0, 2))   # (two bits wider: a one-entry FIFO's level is one bit)
+            at_least = {1: level.any(), 2: level[1:].any(), 3: level[2:].any() | (level[1] & level[0])}
+            one_kept, two_kept = Signal(), Signal()    # (of the counted entries, after the pending read)
+            m.d.comb += [one_kept.eq(Mux(pop, at_least[2], at_least[1])),
+                         two_kept.eq(Mux(pop, at_least[3], at_least[2]))]
+            m.d.sync += self.r_rdy.eq(Mux(taken, Mux(push, one_kept, two_kept), push | one_kept))
+        else:
+            with m.If(push):
+                m.d.sync += self.r_rdy.eq(1)
+            with m.Elif(pop):
+                m.d.sync += self.r_rdy.eq(self.level != 1)
         if self._late_write:
             # fewer than depth - 1 counted: room for the pending entry and one more
             with m.If(pop & ~push):
@@ -134,7 +171,7 @@ class FreeSlotFIFO(wiring.Component):
                 m.d.sync += self.w_rdy.eq(self.level != self._depth - 1)
         with m.If(push):
             m.d.sync += w_ptr.eq(Mux(w_ptr == slots - 1, 0, w_ptr + 1))
-        with m.If(pop):
+        with m.If(taken):
             m.d.sync += r_ptr.eq(Mux(r_ptr == slots - 1, 0, r_ptr + 1))
         # the level's next values are worked out from the register alone and picked by the two
         # handshakes (``level + push - pop`` put them at the foot of two carry chains: a sampler's

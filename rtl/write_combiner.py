@@ -180,9 +180,11 @@ class WriteCombiner(wiring.Component):
                 m.d.sync += [previous_beat.eq(incoming_beat), previous_next.eq(incoming_beat + 1)]
             port = stage.o
             # (their writes are counted a cycle late: the push reaches a flip-flop in each, not their
-            # pointers and levels, 8.3-8.4 ns from the room flag's copy on the ECP5 proxy)
+            # pointers and levels, 8.3-8.4 ns from the room flag's copy on the ECP5 proxy; and the run
+            # FIFO's reads likewise: the burst intake's decision, behind the ports' run flags and the
+            # AW handshake, reached its pointer and level, 7.4-7.7 ns)
             beats = FreeSlotFIFO(width=beat_layout.size, depth=depth, late_write=True)
-            runs = FreeSlotFIFO(width=run_layout.size, depth=depth, late_write=True)
+            runs = FreeSlotFIFO(width=run_layout.size, depth=depth, late_write=True, late_read=True)
             m.submodules[f"beats{number}"] = beats
             m.submodules[f"runs{number}"] = runs
             beat_fifos.append(beats)

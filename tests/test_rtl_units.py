@@ -812,6 +812,9 @@ def test_parameter_validation_messages():
         for bad in ({"depth": 1}, {"depth": 4, "next_flag": True}, {"depth": 4, "head_bits": 2}):
             with pytest.raises(TypeError, match="a late-write FIFO holds at least 2 entries and has no next_flag"):
                 FreeSlotFIFO(width=8, late_write=True, **bad)
+        for bad in ({"next_flag": True}, {"head_bits": 2}):
+            with pytest.raises(TypeError, match="a late-read FIFO has no next_flag or head_bits"):
+                FreeSlotFIFO(width=8, depth=4, late_read=True, **bad)
         gc.collect()
 
 
@@ -889,54 +892,77 @@ def test_free_slot_fifo_behaves_as_sync_fifo(depth):
     assert seen["full"] and seen["empty"] and seen["reads"] > 300 and (seen["flags"] > 100 or depth == 1), seen
 
 
-@pytest.mark.parametrize("depth", [2, 3, 32])
-def test_late_write_fifo_counts_a_write_a_cycle_after_it(depth):
-    """FreeSlotFIFO(late_write=True) against a model, cycle by cycle, under random writes (whenever
-    ready) and reads: a write taken in a cycle is pending in the next (``w_pending``), counted and
-    readable in the one after; ``w_rdy`` is "fewer than depth - 1 counted"; the entries come out in
+@pytest.mark.parametrize("depth,late_write,late_read", [
+    (2, True, False), (3, True, False), (32, True, False),
+    (1, False, True), (2, False, True), (7, False, True),
+    (2, True, True), (3, True, True), (32, True, True)])
+def test_late_fifo_counts_a_write_or_read_a_cycle_after_it(depth, late_write, late_read):
+    """FreeSlotFIFO(late_write=..., late_read=...) against a model, cycle by cycle, under random
+    writes (whenever ready) and reads: a write taken in a cycle is pending in the next
+    (``w_pending``), counted and readable in the one after; ``w_rdy`` is "fewer than depth - 1
+    counted" (late writes) or "fewer than depth"; a read taken in a cycle is pending in the next
+    (``r_pending``), still counted, with the entry behind it at the head, and leaves the count in the
+    one after; ``r_rdy`` is "an entry counted besides the pending read". The entries come out in
     order, unchanged by the inputs written at the free slot in every cycle, and the counted and
     pending entries never exceed the depth (full reached, back-to-back writes and reads included)."""
     from collections import deque
 
     from smartsage.rtl.free_slot_fifo import FreeSlotFIFO
 
-    rng = random.Random(_seed() + depth)
+    rng = random.Random(_seed() + depth + 2 * late_write + 4 * late_read)
     m = Module()
-    m.submodules.fifo = fifo = FreeSlotFIFO(width=12, depth=depth, late_write=True)
+    m.submodules.fifo = fifo = FreeSlotFIFO(width=12, depth=depth, late_write=late_write, late_read=late_read)
     counted, pending = deque(), [None]
-    seen = {"full": 0, "reads": 0, "back_to_back": 0}
+    read_pending = [False]
+    seen = {"full": 0, "reads": 0, "back_to_back": 0, "reads_back_to_back": 0}
 
     async def bench(ctx):
-        was_taken = False
-        for _ in range(1500):
-            w_en, r_en, data = rng.random() < 0.6, rng.random() < 0.45, rng.getrandbits(12)
+        was_taken = was_read = False
+        for cycle in range(1500):
+            # (reads rarer in the first third, to fill the deepest FIFO, then more often)
+            read_rate = 0.2 if cycle < 500 else 0.6
+            w_en, r_en, data = rng.random() < 0.6, rng.random() < read_rate, rng.getrandbits(12)
             ctx.set(fifo.w_en, w_en)
             ctx.set(fifo.r_en, r_en)
             ctx.set(fifo.w_data, data)
+            readable = len(counted) - read_pending[0]
             assert ctx.get(fifo.level) == len(counted)
-            assert ctx.get(fifo.w_pending) == (pending[0] is not None)
-            assert ctx.get(fifo.r_rdy) == bool(counted)
-            assert ctx.get(fifo.w_rdy) == (len(counted) < depth - 1)
+            if late_write:
+                assert ctx.get(fifo.w_pending) == (pending[0] is not None)
+            if late_read:
+                assert ctx.get(fifo.r_pending) == read_pending[0]
+            assert ctx.get(fifo.r_rdy) == (readable > 0)
+            assert ctx.get(fifo.w_rdy) == (len(counted) < depth - late_write)
             assert len(counted) + (pending[0] is not None) <= depth
-            if counted:
-                assert ctx.get(fifo.r_data) == counted[0]
-            taken, pop = w_en and ctx.get(fifo.w_rdy), r_en and bool(counted)
+            if readable:
+                assert ctx.get(fifo.r_data) == counted[read_pending[0]]
+            taken, pop = w_en and ctx.get(fifo.w_rdy), r_en and readable > 0
             seen["full"] += len(counted) + (pending[0] is not None) == depth
             seen["reads"] += pop
             seen["back_to_back"] += taken and was_taken
-            was_taken = taken
+            seen["reads_back_to_back"] += pop and was_read
+            was_taken, was_read = taken, pop
             await ctx.tick()
-            if pop:
+            if late_read:
+                if read_pending[0]:
+                    counted.popleft()
+                read_pending[0] = pop
+            elif pop:
                 counted.popleft()
-            if pending[0] is not None:
-                counted.append(pending[0])
-            pending[0] = data if taken else None
+            if late_write:
+                if pending[0] is not None:
+                    counted.append(pending[0])
+                pending[0] = data if taken else None
+            elif taken:
+                counted.append(data)
 
     sim = Simulator(m)
     sim.add_clock(1e-6)
     sim.add_testbench(bench)
     sim.run()
-    assert seen["full"] and seen["reads"] > 300 and seen["back_to_back"] > 100, seen
+    # (one entry: never two writes or two reads in a row)
+    assert seen["full"] and seen["reads"] > (200 if depth == 1 else 300), seen
+    assert seen["back_to_back"] > 100 and seen["reads_back_to_back"] > 50 or depth == 1, seen
 
 
 @pytest.mark.parametrize("cycles", [1, 2, 4, 14, SECTION_DEPTH, SECTION_DEPTH + 1, 3 * SECTION_DEPTH + 2])

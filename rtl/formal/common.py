@@ -186,12 +186,18 @@ def fifo_invariants(m: Module, block: Observed):
     :class:`~smartsage.rtl.free_slot_fifo.FreeSlotFIFO`'s ready flags, flip-flops, agree with its level)."""
     m.d.comb += [Assert(fifo.level <= fifo.depth) for fifo in block.fifos]
     free_slot = [fifo for fifo in block.fifos if isinstance(fifo, FreeSlotFIFO)]
-    m.d.comb += [Assert((fifo.r_rdy == (fifo.level != 0)) & (fifo.w_rdy == (fifo.level != fifo.depth)))
-                 for fifo in free_slot if not fifo.late_write]
-    # (a late-write FIFO: ready below depth - 1 counted, and with its pending entry within its depth)
-    m.d.comb += [Assert((fifo.r_rdy == (fifo.level != 0)) & (fifo.w_rdy == (fifo.level < fifo.depth - 1))
-                        & (fifo.level + fifo.w_pending <= fifo.depth))
-                 for fifo in free_slot if fifo.late_write]
+    for fifo in free_slot:
+        if fifo.late_read:
+            # (a late-read FIFO: its pending read is of a counted entry, and it is readable while another is)
+            m.d.comb += Assert((fifo.r_rdy == (fifo.level > fifo.r_pending)) & (~fifo.r_pending | (fifo.level != 0)))
+        else:
+            m.d.comb += Assert(fifo.r_rdy == (fifo.level != 0))
+        if fifo.late_write:
+            # (a late-write FIFO: ready below depth - 1 counted, and with its pending entry within its depth)
+            m.d.comb += Assert((fifo.w_rdy == (fifo.level < fifo.depth - 1))
+                               & (fifo.level + fifo.w_pending <= fifo.depth))
+        else:
+            m.d.comb += Assert(fifo.w_rdy == (fifo.level != fifo.depth))
 
 
 class OneTooMany:

@@ -129,7 +129,8 @@ class _ObservedSequencer(CommandSequencer):
         offset, size = field_span(DESCRIPTOR_FIELDS, "num_hops")
         word, = inner(m, f"desc_word{offset // 8}")
         self.num_hops = word[(offset % 8) * 8:(offset % 8 + size) * 8]
-        self.check_bad, self.check_live = self._check_flags   # the registered checks and their sources
+        self.check_bad, self.check_live, self.checks_failed = self._check_flags   # the registered checks, their
+        # sources and the flag COMMAND_KEY decides on
         self.head_count = self._head_count
         self.wide_nodes, self.wide_decoded = self._wide_nodes
         return m
@@ -197,8 +198,8 @@ class SequencerWritesHarness(PartsHarness):
         job = dut.job.payload
         parameters = dut.aggregate_parameters
         in_state = {name: dut.state == code for name, code in dut.state_code.items()}
-        hopping = (in_state["COMMAND_KEY"] | in_state["HOP"] | in_state["FRONTIER"] | in_state["HOP_WAIT"]
-                   | in_state["HOP_DRAIN"])
+        hopping = ((in_state["COMMAND_KEY"] & ~dut.checks_failed) | in_state["HOP"] | in_state["FRONTIER"]
+                   | in_state["HOP_WAIT"] | in_state["HOP_DRAIN"])
         # In proof order (PART_ORDER): first the invariants on the sequencer's registers that make
         # the port properties inductive, then the port properties themselves.
         properties = {
@@ -208,8 +209,10 @@ class SequencerWritesHarness(PartsHarness):
                            & (dut.fetching_header == in_state["IMAGE"]) & (dut.prefetching == in_state["FRONTIER"]),
             # the last hop's flag is set with the hop
             "last_hop": ~hopping | (dut.last_hop == (dut.hop == dut.num_hops)),
-            # the checks are registered the cycle before CHECK decides on them
-            "checks_registered": ~in_state["CHECK"] | (dut.check_bad == dut.check_live),
+            # the checks are registered the cycle before CHECK, and their OR in CHECK's cycle, for
+            # COMMAND_KEY to decide on
+            "checks_registered": (~(in_state["CHECK"] | in_state["COMMAND_KEY"]) | (dut.check_bad == dut.check_live))
+                                 & (~in_state["COMMAND_KEY"] | (dut.checks_failed == dut.check_bad.any())),
             # counts_ptr was checked aligned before the first hop
             "counts_ptr_aligned": ~hopping | (b.counts_ptr[:6] == 0),
             # the result header is written only from an aligned result_ptr (checked before RESULT)

@@ -451,9 +451,12 @@ class CommandSequencer(KernelBlock):
             m.d.comb += finishing_next.eq(1)
             m.next = "FINISH"
 
-        def fail(code, hop_value=0, index_value=0, value=0):
+        def report(code, hop_value=0, index_value=0, value=0):
             m.d.sync += [status.eq(code), error_hop.eq(hop_value), error_index.eq(index_value),
                          error_value.eq(value)]
+
+        def fail(code, hop_value=0, index_value=0, value=0):
+            report(code, hop_value, index_value, value)
             m.d.comb += prefetching_next.eq(0)
             to_finish()
 
@@ -729,7 +732,7 @@ class CommandSequencer(KernelBlock):
                     for n, (_, code, field) in enumerate(checks):
                         with (m.If if n == 0 else m.Elif)(check_bad[n]):
                             value = 0 if code == Status.BAD_IMAGE else field_span(DESCRIPTOR_FIELDS, field)[0]
-                            m.d.sync += [status.eq(code), error_hop.eq(0), error_index.eq(0), error_value.eq(value)]
+                            report(code, value=value)
                     m.d.comb += prefetching_next.eq(0)
                     to_finish()
                 with m.Elif(key_wait == 0):

@@ -960,9 +960,13 @@ def test_late_fifo_counts_a_write_or_read_a_cycle_after_it(depth, late_write, la
     sim.add_clock(1e-6)
     sim.add_testbench(bench)
     sim.run()
-    # (one entry: never two writes or two reads in a row)
-    assert seen["full"] and seen["reads"] > (200 if depth == 1 else 300), seen
-    assert seen["back_to_back"] > 100 and seen["reads_back_to_back"] > 50 or depth == 1, seen
+    # What the run went through, with room for any seed: over 2,000 seeds of this stimulus, the
+    # fewest reads of any of these FIFOs was 268 (mean 296 or more), the fewest back-to-back writes
+    # 97 (mean 121 or more) and back-to-back reads 40 (mean 62 or more, sd 6.5), so the bounds sit
+    # 6 or more standard deviations under every mean. (One entry: never two writes or two reads in
+    # a row.)
+    assert seen["full"] and seen["reads"] > 200, seen
+    assert seen["back_to_back"] > 50 and seen["reads_back_to_back"] > 20 or depth == 1, seen
 
 
 @pytest.mark.parametrize("cycles", [1, 2, 4, 14, SECTION_DEPTH, SECTION_DEPTH + 1, 3 * SECTION_DEPTH + 2])

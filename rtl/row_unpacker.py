@@ -29,7 +29,8 @@ class RowUnpacker(wiring.Component):
     cycle: one unit per cycle, a beat consumed every ``data_width / 8 / U`` units. The unit size
     ``U = 2 ** unit_log2`` bytes (at most one beat) may change between commands; it is registered
     (with the last start of a unit inside one beat, ``data_width / 8 - U``), so it takes effect a
-    cycle after it is set, and no adder of it sits in front of the unit handshake. It must stay
+    cycle after it is set (two for the unit's registered compares with that last start: a new size
+    must not meet a beat sooner), and no adder of it sits in front of the unit handshake. It must stay
     steady while a request is in the unpacker (it changes between commands): whether a request's
     bytes left fit one unit is worked out as its beat enters a slot, and as each unit is taken.
 
@@ -84,14 +85,26 @@ class RowUnpacker(wiring.Component):
         # where the unit starts in slot 0: Mux(fresh, cur.offset, pointer), kept in a register of its
         # own (updated with fresh, pointer and slot 0 below), so the unit's compares start at
         # flip-flops: start + U > beat ⇔ start > last_inside, and start + U >= beat ⇔ start >= last_inside
-        # (no adder and no mux in front of the pops that enable the slots' ~2 x beat-width registers)
+        # (no adder and no mux in front of the pops that enable the slots' ~2 x beat-width registers).
+        # The two compares are flip-flops too (``crosses``, ``beyond``), worked out a cycle ahead: each
+        # candidate of start's next value (the next slot 0's offset, the pointer held or stepped, with
+        # or without the beat's wrap) is compared with the registered last_inside beside the handshake,
+        # and the handshake picks among the one-bit results as it picks start's. They are worked out
+        # again in every cycle, so a new unit size reaches them the cycle after last_inside (two after
+        # ``unit_log2``), long before a command's first beat (the compares in front
+        # of the pops and the slots' multiplexers were ``default``'s worst paths on the ECP5 proxy,
+        # ``start`` -> the 512-bit slots, 10.56 ns, six levels with the compare's carry chain)
         start = Signal(range(2 * data_bytes), reset_less=True)
         needs_next = Signal()
-        crosses = Signal()                       # the unit reaches the beat's end: slot 0 is done
+        crosses = Signal(reset_less=True)        # the unit reaches the beat's end: slot 0 is done
+        beyond = Signal(reset_less=True)         # the unit runs past the beat's end: it needs the next
         last_unit = Signal()
+
+        def compares(value):
+            """(value >= last_inside, value > last_inside), registered beside ``start`` as it takes ``value``."""
+            return Cat(value >= last_inside, value > last_inside)
         m.d.comb += [
-            crosses.eq(start >= last_inside),
-            needs_next.eq((start > last_inside) & ~cur.last),
+            needs_next.eq(beyond & ~cur.last),
             # the request's bytes left fit this unit: flip-flops (the slot's own compare or the one
             # made as the unit before was taken), so no compare sits between ``fresh`` and the pops
             # that enable the slots' registers (11.8 ns on the ECP5 proxy through a compare here)
@@ -104,14 +117,19 @@ class RowUnpacker(wiring.Component):
         ]
         fire = self.units.valid & self.units.ready
         after = start + unit_bytes
+        # the stepped pointer's two candidates, as the pointer would hold them
+        after_wrapped, after_inside = Signal.like(pointer), Signal.like(pointer)
+        m.d.comb += [after_wrapped.eq(after - data_bytes), after_inside.eq(after)]
         pops = Signal(2)
         fresh_next, pointer_next = Signal(), Signal.like(pointer)
-        m.d.comb += [fresh_next.eq(fresh), pointer_next.eq(pointer)]
+        pointer_compares = Signal(2)             # compares(pointer_next)
+        m.d.comb += [fresh_next.eq(fresh), pointer_next.eq(pointer), pointer_compares.eq(compares(pointer))]
         with m.If(fire):
             with m.If(last_unit):
                 m.d.comb += [fresh_next.eq(1), pops.eq(Mux(cur.last, 1, 2))]
             with m.Else():
-                m.d.comb += [fresh_next.eq(0), pointer_next.eq(Mux(crosses, after - data_bytes, after)),
+                m.d.comb += [fresh_next.eq(0), pointer_next.eq(Mux(crosses, after_wrapped, after_inside)),
+                             pointer_compares.eq(Mux(crosses, compares(after_wrapped), compares(after_inside))),
                              pops.eq(crosses)]
                 m.d.sync += [left.eq(Mux(fresh, cur.length, left) - unit_bytes),
                              left_fits.eq(at_most(Mux(fresh, cur.length, left), two_units))]
@@ -120,28 +138,34 @@ class RowUnpacker(wiring.Component):
         m.d.comb += [kept.eq(valid[0] + valid[1] - pops), self.beats.ready.eq(kept < 2)]
         incoming = self.beats.valid & self.beats.ready
         offset_next = Signal.like(cur.offset)    # slot 0's offset after this cycle
-        m.d.comb += offset_next.eq(cur.offset)
+        offset_compares = Signal(2)              # compares(offset_next)
+        m.d.comb += [offset_next.eq(cur.offset), offset_compares.eq(compares(cur.offset))]
         with m.Switch(pops):
             with m.Case(0):
                 with m.If(incoming):
                     with m.If(~valid[0]):
                         m.d.sync += [slots[0].eq(self.beats.payload), valid[0].eq(1), fits[0].eq(incoming_fits)]
-                        m.d.comb += offset_next.eq(self.beats.payload.offset)
+                        m.d.comb += [offset_next.eq(self.beats.payload.offset),
+                                     offset_compares.eq(compares(self.beats.payload.offset))]
                     with m.Else():
                         m.d.sync += [slots[1].eq(self.beats.payload), valid[1].eq(1), fits[1].eq(incoming_fits)]
             with m.Case(1):
                 m.d.sync += [slots[0].eq(slots[1]), valid[0].eq(valid[1]), valid[1].eq(0), fits[0].eq(fits[1])]
-                m.d.comb += offset_next.eq(nxt.offset)
+                m.d.comb += [offset_next.eq(nxt.offset), offset_compares.eq(compares(nxt.offset))]
                 with m.If(incoming):
                     with m.If(~valid[1]):
                         m.d.sync += [slots[0].eq(self.beats.payload), valid[0].eq(1), fits[0].eq(incoming_fits)]
-                        m.d.comb += offset_next.eq(self.beats.payload.offset)
+                        m.d.comb += [offset_next.eq(self.beats.payload.offset),
+                                     offset_compares.eq(compares(self.beats.payload.offset))]
                     with m.Else():
                         m.d.sync += [slots[1].eq(self.beats.payload), valid[1].eq(1), fits[1].eq(incoming_fits)]
             with m.Case(2):
                 m.d.sync += [valid[0].eq(incoming), valid[1].eq(0), slots[0].eq(self.beats.payload),
                              fits[0].eq(incoming_fits)]
-                m.d.comb += offset_next.eq(self.beats.payload.offset)
+                m.d.comb += [offset_next.eq(self.beats.payload.offset),
+                             offset_compares.eq(compares(self.beats.payload.offset))]
+        start_compares = Mux(fresh_next, offset_compares, pointer_compares)
         m.d.sync += [fresh.eq(fresh_next), pointer.eq(pointer_next),
-                     start.eq(Mux(fresh_next, offset_next, pointer_next))]
+                     start.eq(Mux(fresh_next, offset_next, pointer_next)),
+                     crosses.eq(start_compares[0]), beyond.eq(start_compares[1])]
         return m
